@@ -1,0 +1,1 @@
+"""Everything pluggable, registered by name: placement policies, gang sources, runtime handoffs."""

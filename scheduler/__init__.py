@@ -1,0 +1,1 @@
+"""The core: jobs and gangs, placement engine, rank layout, cost model, reservations, service, CLI."""

@@ -1,0 +1,48 @@
+"""The `meshfit` command line: one typer app; each command group lives in its own module.
+
+Command modules register themselves on import (`register(app)`); a module listed here that is
+not installed is skipped, so a slim install still gets the commands it has.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="meshfit",
+    help="Topology-aware gang scheduler for distributed training on Kubernetes.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+COMMAND_MODULES = (
+    "scheduler.cli.cluster_cmd",    # meshfit cluster generate
+    "scheduler.cli.topology_cmd",   # meshfit topology show|export
+    "scheduler.cli.place_cmd",      # meshfit place
+    "scheduler.cli.serve_cmd",      # meshfit serve
+    "scheduler.cli.runtime_cmd",    # meshfit run | launch | render
+    "scheduler.cli.demo_cmd",       # meshfit demo
+    "scheduler.cli.simulate_cmd",   # meshfit simulate | plan
+)
+
+
+def _register_all() -> None:
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue
+            raise
+        module.register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,44 @@
+"""Capacity helpers shared by policies: how many pods of a given size fit per node and per domain."""
+
+from __future__ import annotations
+
+from scheduler.jobs import Gang
+from topology.model import ClusterTopology
+
+
+def pod_slots(topo: ClusterTopology, gpus_per_pod: int, allowed: set[int] | None = None) -> list[int]:
+    """Pods of `gpus_per_pod` GPUs that fit on each node (0 on unschedulable or excluded nodes)."""
+    if gpus_per_pod <= 0:
+        return [0] * len(topo.nodes)
+    return [
+        (node.gpus_free // gpus_per_pod) if (allowed is None or node.index in allowed) else 0
+        for node in topo.nodes
+    ]
+
+
+def domain_pod_slots(topo: ClusterTopology, slots: list[int]) -> list[int]:
+    """Pods that fit in each domain (sum of its nodes' slots), indexed by domain id."""
+    per_domain = [0] * len(topo.domains)
+    for node, count in zip(topo.nodes, slots):
+        if count:
+            for domain_id in node.path:
+                per_domain[domain_id] += count
+    return per_domain
+
+
+def allowed_nodes(gang: Gang, topo: ClusterTopology) -> set[int] | None:
+    """Nodes inside the gang's pre-assigned domains (e.g. a Kueue TAS assignment); None = all."""
+    names = set(gang.constraint.assigned_domains)
+    if not names:
+        return None
+    inside: set[int] = set()
+    for domain in topo.domains:
+        if domain.name in names:
+            inside.update(domain.nodes)
+    return inside
+
+
+def largest_free_domain(topo: ClusterTopology, level: int, slots: list[int], gpus_per_pod: int) -> int:
+    """GPUs usable by this gang's pods in the best domain at `level`."""
+    per_domain = domain_pod_slots(topo, slots)
+    return max((per_domain[d.id] * gpus_per_pod for d in topo.domains if d.level == level), default=0)

@@ -1,0 +1,173 @@
+"""Communication cost model: predicted seconds per training step for a rank layout.
+
+Per axis, every process group's collective runs on the slowest tier it crosses:
+t = a + (S / B) * f(n), with f = 2(n-1)/n for all-reduce and (n-1)/n for all-gather,
+reduce-scatter and all-to-all (1 for point-to-point).  B is the per-GPU bandwidth of the tier
+where the group's smallest common domain sits, divided among this job's GPUs that leave the
+same child domain when the tier is oversubscribed (shared uplinks).  The axis time is that of
+its slowest group (the slowest rank sets the pace); the step total sums the axes.
+
+Volumes per step (bytes, dtype = 2 for bf16; m micro-batches, Ls = layers / pp per stage):
+- tp: 4 all-reduces per layer per micro-batch of mb * (seq/cp) * hidden * dtype;
+- cp: 3 all-gathers (K and V) per layer per micro-batch of 2 * mb * seq * (hidden/tp) * dtype;
+- ep: 4 all-to-alls per MoE layer per micro-batch of mb * (seq/cp) * hidden * topk * dtype / tp;
+- pp: 2 * (m + pp - 2) activation sends on the critical path of mb * (seq/cp) * hidden * dtype / tp;
+- dp: one gradient all-reduce of dtype * params / (tp * pp).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from scheduler.jobs import AXES, Gang, parse_rank_order
+from scheduler.layout import axis_groups
+from scheduler.placement import CostReport
+from topology.model import ClusterTopology, LinkTier
+
+ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, P2P = "all-reduce", "all-gather", "all-to-all", "p2p"
+NO_TIER = "none"
+
+
+@dataclass(frozen=True)
+class AxisTraffic:
+    """What one axis sends per training step: collective kind, bytes per call, calls per step."""
+
+    collective: str
+    bytes_per_call: float
+    calls_per_step: float
+
+
+def collective_factor(collective: str, n: int) -> float:
+    """f(n): fraction of S each GPU sends for the collective over n GPUs."""
+    if n <= 1:
+        return 0.0
+    if collective == ALL_REDUCE:
+        return 2.0 * (n - 1) / n
+    if collective == P2P:
+        return 1.0
+    return (n - 1) / n
+
+
+def collective_seconds(collective: str, size_bytes: float, n: int, bandwidth_gbps: float, latency_us: float) -> float:
+    """t = a + (S/B) f(n) for one collective call; 0 for a group of one."""
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    return latency_us * 1e-6 + size_bytes / (bandwidth_gbps * 1e9) * collective_factor(collective, n)
+
+
+def axis_traffic(gang: Gang) -> dict[str, AxisTraffic]:
+    """Per-axis collective kind and volumes for one training step of `gang` (see module doc)."""
+    par, model = gang.parallelism, gang.model
+    m = model.micro_batches(par.dp)
+    layers_per_stage = math.ceil(model.layers / par.pp)
+    tokens = model.micro_batch * model.seq / par.cp
+    act = tokens * model.hidden * model.dtype_bytes
+    return {
+        "tp": AxisTraffic(ALL_REDUCE, act, 4 * m * layers_per_stage),
+        "cp": AxisTraffic(ALL_GATHER, 2 * model.micro_batch * model.seq * model.hidden / par.tp * model.dtype_bytes,
+                          3 * m * layers_per_stage),
+        "ep": AxisTraffic(ALL_TO_ALL, act * model.moe_topk / par.tp, 4 * m * layers_per_stage),
+        "pp": AxisTraffic(P2P, act / par.tp, 2 * max(m + par.pp - 2, 1)),
+        "dp": AxisTraffic(ALL_REDUCE, model.dtype_bytes * model.params / (par.tp * par.pp), 1),
+    }
+
+
+class _Geometry:
+    """Numpy views of the topology used to price layouts quickly (paths, domain sizes, links)."""
+
+    def __init__(self, topo: ClusterTopology) -> None:
+        self.paths = np.array([n.path for n in topo.nodes], dtype=np.int64)
+        self.domain_gpus = np.array([d.gpus_total for d in topo.domains], dtype=np.float64)
+        self.links: list[LinkTier] = [topo.tier_link(lvl) for lvl in range(-1, len(topo.levels))]
+        self.host = len(topo.levels) - 1
+
+    def link(self, level: int) -> LinkTier:
+        """Link of the tier at `level` (-1 = cluster)."""
+        return self.links[level + 1]
+
+
+def _geometry(topo: ClusterTopology) -> _Geometry:
+    geo = getattr(topo, "_cost_geometry", None)
+    if geo is None or geo.paths.shape[0] != len(topo.nodes):
+        geo = _Geometry(topo)
+        topo._cost_geometry = geo  # type: ignore[attr-defined]
+    return geo
+
+
+def _group_levels(member_paths: np.ndarray) -> np.ndarray:
+    """Deepest common level per group from paths shaped (groups, members, levels); -1 if none."""
+    same = (member_paths == member_paths[:, :1, :]).all(axis=1)
+    return np.cumprod(same, axis=1).sum(axis=1) - 1
+
+
+def _group_bandwidth(geo: _Geometry, member_paths: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """Per-group effective bandwidth (GB/s per GPU) including shared-uplink contention."""
+    groups = member_paths.shape[0]
+    bandwidth = np.full(groups, np.inf)
+    for lvl in range(-1, geo.host):
+        link = geo.link(lvl)
+        crossing = levels <= lvl
+        if not crossing.any():
+            continue
+        child = member_paths[:, :, lvl + 1]
+        leaving = np.broadcast_to(crossing[:, None], child.shape)
+        counts = np.bincount(child[leaving], minlength=geo.domain_gpus.shape[0]).astype(np.float64)
+        capacity = geo.domain_gpus[child] * link.bandwidth_gbps / max(link.oversubscription, 1.0)
+        per_gpu = np.minimum(link.bandwidth_gbps, capacity / np.maximum(counts[child], 1.0))
+        per_group = per_gpu.min(axis=1)
+        bandwidth = np.where(crossing, np.minimum(bandwidth, per_group), bandwidth)
+    host_link = geo.link(geo.host)
+    return np.where(np.isinf(bandwidth), host_link.bandwidth_gbps, bandwidth)
+
+
+def _axis_cost(geo: _Geometry, traffic: AxisTraffic, groups: np.ndarray, node_of_rank: np.ndarray) -> tuple[float, int]:
+    """(seconds per step, widest level crossed) for one axis."""
+    member_paths = geo.paths[node_of_rank[groups]]
+    levels = _group_levels(member_paths)
+    bandwidth = _group_bandwidth(geo, member_paths, levels)
+    n = groups.shape[1]
+    latency = np.array([geo.link(int(lvl)).latency_us for lvl in levels])
+    seconds = latency * 1e-6 + traffic.bytes_per_call / (bandwidth * 1e9) * collective_factor(traffic.collective, n)
+    return float(seconds.max()) * traffic.calls_per_step, int(levels.min())
+
+
+def lower_bound_seconds(gang: Gang, topo: ClusterTopology, traffic: dict[str, AxisTraffic] | None = None) -> float:
+    """Sum over axes of the time if every group sat alone on the best tier big enough for it."""
+    traffic = traffic or axis_traffic(gang)
+    largest = [max((d.gpus_total for d in topo.domains if d.level == lvl), default=0)
+               for lvl in range(len(topo.levels))]
+    total = 0.0
+    for axis in AXES:
+        n = gang.parallelism.degree(axis)
+        if n <= 1:
+            continue
+        fits = [lvl for lvl in range(len(topo.levels)) if largest[lvl] >= n]
+        deepest = max(fits, default=-1)
+        t = traffic[axis]
+        total += min(
+            collective_seconds(t.collective, t.bytes_per_call, n, topo.tier_link(lvl).bandwidth_gbps,
+                               topo.tier_link(lvl).latency_us)
+            for lvl in range(-1, deepest + 1)) * t.calls_per_step
+    return total
+
+
+def estimate_cost(gang: Gang, pod_nodes: Sequence[int], topo: ClusterTopology, rank_order: str | None = None) -> CostReport:
+    """Predicted per-step communication cost of `gang` with pod i on node `pod_nodes[i]`."""
+    order = parse_rank_order(rank_order or gang.rank_order)
+    geo = _geometry(topo)
+    node_of_rank = np.repeat(np.asarray(pod_nodes, dtype=np.int64), gang.gpus_per_pod)
+    traffic = axis_traffic(gang)
+    by_axis: dict[str, float] = {}
+    tier_by_axis: dict[str, str] = {}
+    for axis in AXES:
+        if gang.parallelism.degree(axis) <= 1:
+            by_axis[axis], tier_by_axis[axis] = 0.0, NO_TIER
+            continue
+        groups = np.asarray(axis_groups(axis, gang.parallelism, order), dtype=np.int64)
+        seconds, widest = _axis_cost(geo, traffic[axis], groups, node_of_rank)
+        by_axis[axis], tier_by_axis[axis] = seconds, topo.tier_name(widest)
+    return CostReport(sum(by_axis.values()), lower_bound_seconds(gang, topo, traffic), by_axis, tier_by_axis)

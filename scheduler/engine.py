@@ -1,0 +1,98 @@
+"""The placement engine: validate a gang, ask a policy for nodes, build the rank table, price it.
+
+Every caller (CLI, extender service, gRPC, simulator) goes through `place`; `apply` and
+`release` turn a placement into GPU holdings on the topology so free capacity stays exact.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from scheduler.cost import estimate_cost
+from scheduler.jobs import AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, Gang, JobSpecError, parse_rank_order
+from scheduler.layout import rank_to_coords
+from scheduler.placement import PLACED, UNSCHEDULABLE, Assignment, Placement, RankInfo
+from scheduler.policy import PlacementPolicy
+from topology.model import ClusterTopology
+
+DEFAULT_POLICY = "meshfit"
+
+
+class PlacementBug(RuntimeError):
+    """A policy returned an assignment that breaks all-or-nothing or over-commits a GPU."""
+
+
+def _resolve(policy: str | PlacementPolicy) -> PlacementPolicy:
+    if isinstance(policy, str):
+        from plugins.policies import get_policy
+
+        return get_policy(policy)
+    return policy
+
+
+def check_assignment(gang: Gang, topo: ClusterTopology, pod_nodes: tuple[int, ...]) -> None:
+    """Raise PlacementBug unless every pod has a schedulable node with enough free GPUs."""
+    if len(pod_nodes) != len(gang.pods):
+        raise PlacementBug(f"{gang.key}: {len(pod_nodes)} nodes for {len(gang.pods)} pods")
+    for node_index, pods in Counter(pod_nodes).items():
+        node = topo.nodes[node_index]
+        if pods * gang.gpus_per_pod > node.gpus_free:
+            raise PlacementBug(f"{gang.key}: {pods} pods x {gang.gpus_per_pod} GPUs on {node.name} "
+                               f"which has {node.gpus_free} free")
+
+
+def build_ranks(gang: Gang, pod_nodes: list[str], rank_order: str) -> list[RankInfo]:
+    """The rank table: rank, pod, node, local rank and coordinates under `rank_order`."""
+    order = parse_rank_order(rank_order)
+    g = gang.gpus_per_pod
+    return [
+        RankInfo(rank, rank // g, pod_nodes[rank // g], rank % g, rank_to_coords(rank, gang.parallelism, order))
+        for rank in range(gang.world_size)
+    ]
+
+
+def unschedulable(gang: Gang, policy_name: str, reason: str) -> Placement:
+    """A placement result saying why nothing was placed."""
+    order = DEFAULT_RANK_ORDER if gang.rank_order == AUTO_RANK_ORDER else gang.rank_order
+    return Placement(gang, UNSCHEDULABLE, policy_name, order, reason)
+
+
+def placement_from_assignment(gang: Gang, topo: ClusterTopology, policy_name: str, assignment: Assignment) -> Placement:
+    """Check a policy's assignment and turn it into a priced Placement."""
+    if assignment.pod_nodes is None:
+        return unschedulable(gang, policy_name, assignment.reason or "does not fit")
+    check_assignment(gang, topo, assignment.pod_nodes)
+    order = assignment.rank_order or gang.rank_order
+    if order == AUTO_RANK_ORDER:
+        order = DEFAULT_RANK_ORDER
+    names = [topo.nodes[i].name for i in assignment.pod_nodes]
+    cost = estimate_cost(gang, assignment.pod_nodes, topo, order)
+    return Placement(gang, PLACED, policy_name, order, None, names, build_ranks(gang, names, order), cost)
+
+
+def place(gang: Gang, topo: ClusterTopology, policy: str | PlacementPolicy = DEFAULT_POLICY) -> Placement:
+    """Place the whole gang or nothing; raises JobSpecError for an invalid job, never mutates `topo`."""
+    gang.validate()
+    chosen = _resolve(policy)
+    if gang.world_size > topo.gpus_free:
+        return unschedulable(gang, chosen.name,
+                             f"needs {gang.world_size} GPUs; the cluster has {topo.gpus_free} free")
+    return placement_from_assignment(gang, topo, chosen.name, chosen.assign(gang, topo))
+
+
+def pod_key(gang: Gang, index: int) -> str:
+    """Key under which pod `index` of `gang` holds GPUs in the topology."""
+    return f"{gang.key}/{index}"
+
+
+def apply(placement: Placement, topo: ClusterTopology) -> None:
+    """Make the placement's pods hold their GPUs in `topo` (idempotent per pod)."""
+    if not placement.placed:
+        raise JobSpecError(f"cannot apply an unschedulable placement of {placement.gang.key}")
+    for pod in placement.gang.pods:
+        topo.add_pod(pod_key(placement.gang, pod.index), placement.pod_nodes[pod.index], pod.gpus)
+
+
+def release(gang: Gang, topo: ClusterTopology) -> int:
+    """Free every GPU the gang's pods hold in `topo`; returns how many pods were released."""
+    return sum(topo.remove_pod(pod_key(gang, pod.index)) for pod in gang.pods)

@@ -1,0 +1,229 @@
+"""Job model: parallelism degrees, model shape, topology constraints and the gang to place.
+
+Everything here is plain data parsed from the `meshfit.io/*` annotation syntax; reading whole
+Kubernetes manifests lives in `scheduler.manifests`, reading pods in the gang-source plugins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+AXES = ("tp", "cp", "ep", "pp", "dp")
+"""Parallel axes meshfit knows, in the canonical order used in JSON output."""
+
+ANNOTATION_PARALLELISM = "meshfit.io/parallelism"
+ANNOTATION_RANK_ORDER = "meshfit.io/rank-order"
+ANNOTATION_MODEL = "meshfit.io/model"
+ANNOTATION_REQUIRED_LEVEL = "meshfit.io/required-level"
+ANNOTATION_PREFERRED_LEVEL = "meshfit.io/preferred-level"
+KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+
+DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
+AUTO_RANK_ORDER = "auto"
+
+
+class JobSpecError(ValueError):
+    """A job description that cannot be placed as written (bad annotation, inconsistent sizes)."""
+
+
+def _parse_kv(text: str, what: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for part in text.replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise JobSpecError(f"{what}: expected key=value, got {part!r}")
+        pairs[key.strip().lower()] = value.strip()
+    return pairs
+
+
+def _positive_int(value: str, what: str) -> int:
+    try:
+        number = float(value)
+    except ValueError:
+        raise JobSpecError(f"{what} must be a positive integer, got {value!r}") from None
+    if number != int(number) or number < 1:
+        raise JobSpecError(f"{what} must be a positive integer, got {value!r}")
+    return int(number)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Degrees of tensor, context, expert, pipeline and data parallelism (each >= 1)."""
+
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    pp: int = 1
+    dp: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> "Parallelism":
+        """Parse `"tp=8,cp=1,ep=1,pp=4,dp=16"` (missing axes default to 1)."""
+        pairs = _parse_kv(text, ANNOTATION_PARALLELISM)
+        unknown = sorted(set(pairs) - set(AXES))
+        if unknown:
+            raise JobSpecError(f"{ANNOTATION_PARALLELISM}: unknown axis {unknown[0]!r} (known: {', '.join(AXES)})")
+        return cls(**{k: _positive_int(v, f"{ANNOTATION_PARALLELISM} {k}") for k, v in pairs.items()})
+
+    @property
+    def world_size(self) -> int:
+        """Product of all degrees."""
+        return self.tp * self.cp * self.ep * self.pp * self.dp
+
+    def degree(self, axis: str) -> int:
+        """Degree of one axis by name."""
+        return getattr(self, axis)
+
+    def as_dict(self) -> dict[str, int]:
+        """`{"tp":..,"cp":..,"ep":..,"pp":..,"dp":..}`."""
+        return {axis: self.degree(axis) for axis in AXES}
+
+    def __str__(self) -> str:
+        return ",".join(f"{axis}={self.degree(axis)}" for axis in AXES)
+
+
+def parse_rank_order(text: str) -> tuple[str, ...]:
+    """Parse `"tp-cp-ep-dp-pp"` (innermost first) into a full permutation of AXES.
+
+    Axes left out are appended outermost in canonical order; they must then have degree 1,
+    which `Gang.validate` checks.
+    """
+    names = [p.strip().lower() for p in text.replace(",", "-").split("-") if p.strip()]
+    unknown = [n for n in names if n not in AXES]
+    if unknown:
+        raise JobSpecError(f"{ANNOTATION_RANK_ORDER}: unknown axis {unknown[0]!r} in {text!r}")
+    if len(set(names)) != len(names):
+        raise JobSpecError(f"{ANNOTATION_RANK_ORDER}: repeated axis in {text!r}")
+    return tuple(names + [a for a in AXES if a not in names])
+
+
+def format_rank_order(order: tuple[str, ...]) -> str:
+    """Inverse of `parse_rank_order`."""
+    return "-".join(order)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Model and batch shape used to compute traffic volumes (documented defaults: a 7B dense model)."""
+
+    params: float = 7e9
+    layers: int = 32
+    hidden: int = 4096
+    seq: int = 4096
+    micro_batch: int = 1
+    global_batch: int = 1024
+    moe_topk: int = 2
+    dtype_bytes: int = 2
+
+    _KEYS = {"params": "params", "layers": "layers", "hidden": "hidden", "seq": "seq",
+             "micro-batch": "micro_batch", "micro_batch": "micro_batch",
+             "global-batch": "global_batch", "global_batch": "global_batch",
+             "moe-topk": "moe_topk", "topk": "moe_topk", "dtype-bytes": "dtype_bytes"}
+
+    @classmethod
+    def parse(cls, text: str) -> "ModelShape":
+        """Parse `"params=70e9,layers=80,hidden=8192,seq=4096,micro-batch=1,global-batch=1024"`."""
+        values: dict[str, float | int] = {}
+        for key, value in _parse_kv(text, ANNOTATION_MODEL).items():
+            attr = cls._KEYS.get(key)
+            if attr is None:
+                raise JobSpecError(f"{ANNOTATION_MODEL}: unknown key {key!r}")
+            if attr == "params":
+                try:
+                    values[attr] = float(value)
+                except ValueError:
+                    raise JobSpecError(f"{ANNOTATION_MODEL}: params must be a number, got {value!r}") from None
+                if values[attr] <= 0:
+                    raise JobSpecError(f"{ANNOTATION_MODEL}: params must be > 0")
+            else:
+                values[attr] = _positive_int(value, f"{ANNOTATION_MODEL} {key}")
+        return cls(**values)
+
+    def micro_batches(self, dp: int) -> int:
+        """Micro-batches each pipeline runs per step: global_batch / (dp x micro_batch), at least 1."""
+        return max(1, self.global_batch // max(1, dp * self.micro_batch))
+
+
+@dataclass(frozen=True)
+class TopologyConstraint:
+    """Required / preferred topology level (by level name or node-label key)."""
+
+    required_level: str | None = None
+    preferred_level: str | None = None
+    assigned_domains: tuple[str, ...] = ()
+    """Domain names (any level) a prior admission (e.g. Kueue TAS) already chose; stay inside."""
+
+
+@dataclass(frozen=True)
+class PodSlot:
+    """One pod of a gang: its index (rank block), name and GPU count."""
+
+    index: int
+    name: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Gang:
+    """All pods of one training job, to be placed together or not at all."""
+
+    namespace: str
+    name: str
+    pods: tuple[PodSlot, ...]
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    rank_order: str = DEFAULT_RANK_ORDER
+    model: ModelShape = field(default_factory=ModelShape)
+    constraint: TopologyConstraint = field(default_factory=TopologyConstraint)
+    priority: int = 0
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def world_size(self) -> int:
+        """Total GPUs (= ranks) of the gang."""
+        return sum(p.gpus for p in self.pods)
+
+    @property
+    def gpus_per_pod(self) -> int:
+        """GPUs of each pod (gangs are homogeneous; validated)."""
+        return self.pods[0].gpus if self.pods else 0
+
+    def pod_ranks(self, index: int) -> range:
+        """Ranks held by pod `index` (its contiguous block)."""
+        g = self.gpus_per_pod
+        return range(index * g, (index + 1) * g)
+
+    def with_rank_order(self, order: str) -> "Gang":
+        """Same gang with another rank order."""
+        return replace(self, rank_order=order)
+
+    def validate(self) -> None:
+        """Raise JobSpecError with one precise line if the gang cannot be laid out as declared."""
+        if not self.pods:
+            raise JobSpecError(f"job {self.key}: no pods")
+        gpus = {p.gpus for p in self.pods}
+        if len(gpus) != 1:
+            raise JobSpecError(f"job {self.key}: pods request different GPU counts {sorted(gpus)}")
+        if self.gpus_per_pod < 1:
+            raise JobSpecError(f"job {self.key}: pods request no GPUs")
+        if sorted(p.index for p in self.pods) != list(range(len(self.pods))):
+            raise JobSpecError(f"job {self.key}: pod indices must be 0..{len(self.pods) - 1}")
+        par = self.parallelism
+        if par.world_size != self.world_size:
+            raise JobSpecError(
+                f"job {self.key}: tp*cp*ep*pp*dp = {par.world_size} ({par}) but the job has "
+                f"{len(self.pods)} pods x {self.gpus_per_pod} GPUs = {self.world_size}")
+        if self.rank_order != AUTO_RANK_ORDER:
+            order = parse_rank_order(self.rank_order)
+            given = len([p for p in self.rank_order.replace(",", "-").split("-") if p.strip()])
+            for axis in order[given:]:
+                if par.degree(axis) > 1:
+                    raise JobSpecError(f"job {self.key}: rank order {self.rank_order!r} omits axis "
+                                       f"{axis} whose degree is {par.degree(axis)}")

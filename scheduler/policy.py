@@ -1,0 +1,28 @@
+"""The placement-policy extension point and its registry.
+
+A policy module under `plugins/policies/` defines `NAME`, one class implementing
+`PlacementPolicy`, and a `factory(**options)`; `plugins.policies` registers them by name.
+Policies only choose nodes (and, for `rank-order: auto`, an order); the engine builds the rank
+table and prices every policy's answer with the same cost model, so comparisons are fair.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+from scheduler.jobs import Gang
+from scheduler.placement import Assignment
+from topology.model import ClusterTopology
+
+
+class PlacementPolicy(Protocol):
+    """Chooses a node for every pod of a gang, or says why it cannot; never mutates `topo`."""
+
+    name: str
+
+    def assign(self, gang: Gang, topo: ClusterTopology) -> Assignment:
+        """Return node indices by pod index using only free GPUs on schedulable nodes."""
+        ...
+
+
+PolicyFactory = Callable[..., PlacementPolicy]

@@ -22,6 +22,7 @@ class LevelSpec:
     name: str
     label_keys: tuple[str, ...]
     link: LinkTier
+    role: str = ""
 
 
 @dataclass
@@ -77,8 +78,8 @@ def build_topology(
         if rec.gpus_total < 0:
             raise TopologyError(f"node {rec.name}: negative GPU count {rec.gpus_total}")
         seen.add(rec.name)
-    levels = [Level(s.name, s.label_keys[0], s.link) for s in level_specs]
-    levels.append(Level(HOST_LEVEL, HOST_LABEL, host_link))
+    levels = [Level(s.name, s.label_keys[0], s.link, s.role, tuple(s.label_keys)) for s in level_specs]
+    levels.append(Level(HOST_LEVEL, HOST_LABEL, host_link, HOST_LEVEL, (HOST_LABEL,)))
     values = [[_label_value(rec, spec) for spec in level_specs] for rec in records]
     _infer_outer_values(values)
     warnings: list[str] = []

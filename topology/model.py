@@ -39,11 +39,17 @@ class LinkTier:
 
 @dataclass(frozen=True)
 class Level:
-    """One topology level: a name, the node-label key it was read from, and its link tier."""
+    """One topology level: a name, the node-label key it was read from, and its link tier.
+
+    `label_keys` lists every key that can give this level's value (e.g. both Topograph
+    generations), `role` the kind of link (host, nvlink, leaf, spine, core) its defaults came from.
+    """
 
     name: str
     label_key: str
     link: LinkTier
+    role: str = ""
+    label_keys: tuple[str, ...] = ()
 
 
 @dataclass
@@ -100,6 +106,8 @@ class ClusterTopology:
         self.cluster_link = cluster_link
         self.warnings = list(warnings or [])
         self.scheme = scheme
+        self.link_profile: str | None = None
+        """Name of the link-default profile the loader used (see `topology.config`), if any."""
         self.node_by_name: dict[str, Node] = {n.name: n for n in nodes}
         self.pods: dict[str, tuple[int, int]] = {}
         """Pod key -> (node index, GPUs) for every pod or reservation holding GPUs."""
@@ -113,7 +121,7 @@ class ClusterTopology:
     def level_index(self, name: str) -> int:
         """Index of the level called `name` (or whose label key is `name`); TopologyError if none."""
         for i, level in enumerate(self.levels):
-            if level.name == name or level.label_key == name:
+            if level.name == name or level.label_key == name or name in level.label_keys:
                 return i
         known = ", ".join(lv.name for lv in self.levels)
         raise TopologyError(f"unknown topology level {name!r} (levels: {known})")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler.jobs import Gang
-from topology.model import ClusterTopology
+from topology.model import ClusterTopology, TopologyError
 
 
 def pod_slots(topo: ClusterTopology, gpus_per_pod: int, allowed: set[int] | None = None) -> list[int]:
@@ -42,3 +42,28 @@ def largest_free_domain(topo: ClusterTopology, level: int, slots: list[int], gpu
     """GPUs usable by this gang's pods in the best domain at `level`."""
     per_domain = domain_pod_slots(topo, slots)
     return max((per_domain[d.id] * gpus_per_pod for d in topo.domains if d.level == level), default=0)
+
+
+VOLCANO_TIER_PREFIX = "volcano-tier-"
+"""Level names of the form `volcano-tier-N` mean Volcano HyperNode tier N (1 = just above hosts)."""
+
+
+def resolve_level(topo: ClusterTopology, name: str) -> int:
+    """Level index for a level name, label key or `volcano-tier-N`; TopologyError if unknown."""
+    try:
+        return topo.level_index(name)
+    except TopologyError:
+        if not name.startswith(VOLCANO_TIER_PREFIX):
+            raise
+    tier_text = name[len(VOLCANO_TIER_PREFIX):]
+    if not tier_text.isdigit() or int(tier_text) < 1:
+        raise TopologyError(f"bad Volcano tier {name!r}: expected {VOLCANO_TIER_PREFIX}N with N >= 1")
+    return max(topo.host_level - int(tier_text), 0)
+
+
+def constraint_levels(gang: Gang, topo: ClusterTopology) -> tuple[int | None, int | None]:
+    """(required level index, preferred level index) of the gang's constraint, None where absent."""
+    constraint = gang.constraint
+    required = resolve_level(topo, constraint.required_level) if constraint.required_level else None
+    preferred = resolve_level(topo, constraint.preferred_level) if constraint.preferred_level else None
+    return required, preferred

@@ -80,10 +80,14 @@ class _Geometry:
     """Numpy views of the topology used to price layouts quickly (paths, domain sizes, links)."""
 
     def __init__(self, topo: ClusterTopology) -> None:
-        self.paths = np.array([n.path for n in topo.nodes], dtype=np.int64)
+        self.paths = np.array([n.path for n in topo.nodes], dtype=np.int64).reshape(len(topo.nodes), len(topo.levels))
         self.domain_gpus = np.array([d.gpus_total for d in topo.domains], dtype=np.float64)
         self.links: list[LinkTier] = [topo.tier_link(lvl) for lvl in range(-1, len(topo.levels))]
+        self.latency_s = np.array([link.latency_us * 1e-6 for link in self.links])
         self.host = len(topo.levels) - 1
+        self.largest_by_level = [0] * len(topo.levels)
+        for d in topo.domains:
+            self.largest_by_level[d.level] = max(self.largest_by_level[d.level], d.gpus_total)
 
     def link(self, level: int) -> LinkTier:
         """Link of the tier at `level` (-1 = cluster)."""
@@ -92,7 +96,7 @@ class _Geometry:
 
 def _geometry(topo: ClusterTopology) -> _Geometry:
     geo = getattr(topo, "_cost_geometry", None)
-    if geo is None or geo.paths.shape[0] != len(topo.nodes):
+    if geo is None or geo.paths.shape[0] != len(topo.nodes) or geo.domain_gpus.shape[0] != len(topo.domains):
         geo = _Geometry(topo)
         topo._cost_geometry = geo  # type: ignore[attr-defined]
     return geo
@@ -130,16 +134,14 @@ def _axis_cost(geo: _Geometry, traffic: AxisTraffic, groups: np.ndarray, node_of
     levels = _group_levels(member_paths)
     bandwidth = _group_bandwidth(geo, member_paths, levels)
     n = groups.shape[1]
-    latency = np.array([geo.link(int(lvl)).latency_us for lvl in levels])
-    seconds = latency * 1e-6 + traffic.bytes_per_call / (bandwidth * 1e9) * collective_factor(traffic.collective, n)
+    seconds = geo.latency_s[levels + 1] + traffic.bytes_per_call / (bandwidth * 1e9) * collective_factor(traffic.collective, n)
     return float(seconds.max()) * traffic.calls_per_step, int(levels.min())
 
 
 def lower_bound_seconds(gang: Gang, topo: ClusterTopology, traffic: dict[str, AxisTraffic] | None = None) -> float:
     """Sum over axes of the time if every group sat alone on the best tier big enough for it."""
     traffic = traffic or axis_traffic(gang)
-    largest = [max((d.gpus_total for d in topo.domains if d.level == lvl), default=0)
-               for lvl in range(len(topo.levels))]
+    largest = _geometry(topo).largest_by_level
     total = 0.0
     for axis in AXES:
         n = gang.parallelism.degree(axis)
@@ -155,19 +157,32 @@ def lower_bound_seconds(gang: Gang, topo: ClusterTopology, traffic: dict[str, Ax
     return total
 
 
+class LayoutPricer:
+    """Prices many candidate layouts of one gang under one rank order (groups and volumes computed once)."""
+
+    def __init__(self, gang: Gang, topo: ClusterTopology, rank_order: str | None = None) -> None:
+        self.gang, self.topo = gang, topo
+        self.order = parse_rank_order(rank_order or gang.rank_order)
+        self.geo = _geometry(topo)
+        self.traffic = axis_traffic(gang)
+        self.groups = {
+            axis: np.asarray(axis_groups(axis, gang.parallelism, self.order), dtype=np.int64)
+            for axis in AXES if gang.parallelism.degree(axis) > 1
+        }
+
+    def price(self, pod_nodes: Sequence[int] | np.ndarray) -> tuple[float, dict[str, float], dict[str, int]]:
+        """(step seconds, seconds per axis, widest level crossed per axis) for pod i on `pod_nodes[i]`."""
+        node_of_rank = np.repeat(np.asarray(pod_nodes, dtype=np.int64), self.gang.gpus_per_pod)
+        by_axis = {axis: 0.0 for axis in AXES}
+        widest: dict[str, int] = {}
+        for axis, groups in self.groups.items():
+            by_axis[axis], widest[axis] = _axis_cost(self.geo, self.traffic[axis], groups, node_of_rank)
+        return sum(by_axis.values()), by_axis, widest
+
+
 def estimate_cost(gang: Gang, pod_nodes: Sequence[int], topo: ClusterTopology, rank_order: str | None = None) -> CostReport:
     """Predicted per-step communication cost of `gang` with pod i on node `pod_nodes[i]`."""
-    order = parse_rank_order(rank_order or gang.rank_order)
-    geo = _geometry(topo)
-    node_of_rank = np.repeat(np.asarray(pod_nodes, dtype=np.int64), gang.gpus_per_pod)
-    traffic = axis_traffic(gang)
-    by_axis: dict[str, float] = {}
-    tier_by_axis: dict[str, str] = {}
-    for axis in AXES:
-        if gang.parallelism.degree(axis) <= 1:
-            by_axis[axis], tier_by_axis[axis] = 0.0, NO_TIER
-            continue
-        groups = np.asarray(axis_groups(axis, gang.parallelism, order), dtype=np.int64)
-        seconds, widest = _axis_cost(geo, traffic[axis], groups, node_of_rank)
-        by_axis[axis], tier_by_axis[axis] = seconds, topo.tier_name(widest)
-    return CostReport(sum(by_axis.values()), lower_bound_seconds(gang, topo, traffic), by_axis, tier_by_axis)
+    pricer = LayoutPricer(gang, topo, rank_order)
+    total, by_axis, widest = pricer.price(pod_nodes)
+    tier_by_axis = {axis: topo.tier_name(widest[axis]) if axis in widest else NO_TIER for axis in AXES}
+    return CostReport(total, lower_bound_seconds(gang, topo, pricer.traffic), by_axis, tier_by_axis)

@@ -1,0 +1,140 @@
+"""`meshfit`: the default policy — smallest fitting domains, cost-model-chosen layout, then least fragmentation.
+
+For every rank order allowed (all of `SUPPORTED_RANK_ORDERS` under `rank-order: auto`), every
+candidate domain (deepest level first, best fits and the roomiest per level, honouring required /
+preferred levels and pre-assigned domains) and every pod-level axis nesting, the hierarchical
+aligned fill of `meshfit_search` proposes a layout; the cost model prices it.  The cheapest
+layout wins; ties go to the layout breaking the fewest whole domains (NVLink domains, racks,
+nodes), then to the deeper domain, then to the tightest fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from plugins.policies.meshfit_search import (
+    ROOT, SlotView, candidate_domains, fill_domain, pod_axis_grid, pod_sequence, slot_view, virtual_orders,
+)
+from scheduler.capacity import constraint_levels
+from scheduler.cost import LayoutPricer, lower_bound_seconds
+from scheduler.explain import unschedulable_reason
+from scheduler.jobs import AUTO_RANK_ORDER, Gang
+from scheduler.layout import SUPPORTED_RANK_ORDERS
+from scheduler.placement import Assignment
+from topology.model import ClusterTopology, TopologyError
+
+NAME = "meshfit"
+RELATIVE_TIE = 1e-9
+"""Costs closer than this (relative) are equal; fragmentation decides."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One priced layout: pod -> node, its rank order, cost and fragmentation tie-breakers."""
+
+    pod_nodes: tuple[int, ...]
+    rank_order: str
+    cost: float
+    tie_break: tuple[int, int, int]
+
+    def beats(self, other: "Candidate | None") -> bool:
+        """True if this layout is cheaper, or as cheap and less fragmenting."""
+        if other is None:
+            return True
+        scale = max(abs(self.cost), abs(other.cost), 1e-30)
+        if abs(self.cost - other.cost) > RELATIVE_TIE * scale:
+            return self.cost < other.cost
+        return self.tie_break < other.tie_break
+
+
+def whole_domains_broken(topo: ClusterTopology, view: SlotView, pod_nodes: np.ndarray) -> int:
+    """How many fully free domains (hosts included) this layout starts using."""
+    touched = np.unique(view.tree.paths[np.unique(pod_nodes)].ravel())
+    free = _domain_free(topo)
+    total = _domain_total(topo)
+    return int(np.count_nonzero(free[touched] == total[touched]))
+
+
+def _domain_total(topo: ClusterTopology) -> np.ndarray:
+    cached = getattr(topo, "_meshfit_domain_total", None)
+    if cached is None or cached.shape[0] != len(topo.domains):
+        cached = np.array([d.gpus_total for d in topo.domains], dtype=np.int64)
+        topo._meshfit_domain_total = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _domain_free(topo: ClusterTopology) -> np.ndarray:
+    return np.fromiter((d.gpus_free for d in topo.domains), dtype=np.int64, count=len(topo.domains))
+
+
+def layout_plans(gang: Gang, rank_order: str, weights: dict[str, float]) -> list[tuple[np.ndarray, list[int]]]:
+    """(pod fill sequence, block sizes) for each pod-level axis nesting worth trying."""
+    pods = len(gang.pods)
+    grid = pod_axis_grid(gang, rank_order)
+    if not grid:
+        return [(np.arange(pods), [1, pods])]
+    return [pod_sequence(grid, nesting, pods) for nesting in virtual_orders(grid, weights)]
+
+
+class MeshfitPolicy:
+    """Topology- and parallelism-aware gang placement minimising predicted step communication time."""
+
+    name = NAME
+
+    def __init__(self, per_level: int = 3) -> None:
+        self.per_level = per_level
+
+    def _candidates(self, gang: Gang, topo: ClusterTopology, view: SlotView) -> list[int]:
+        """Candidate domains honouring required (hard) and preferred (soft) levels."""
+        required, preferred = constraint_levels(gang, topo)
+        pods = len(gang.pods)
+        domains = candidate_domains(view, pods, ROOT if required is None else required, self.per_level)
+        if preferred is not None:
+            inside = [d for d in domains if view.tree.level_of(d) >= preferred]
+            domains = inside or domains
+        return domains
+
+    def _price_domain(self, gang: Gang, topo: ClusterTopology, view: SlotView, domain: int,
+                      pricer: LayoutPricer, order: str, best: Candidate | None) -> Candidate | None:
+        """Best layout of the gang inside one domain for one rank order."""
+        weights = {axis: t.bytes_per_call * t.calls_per_step for axis, t in pricer.traffic.items()}
+        level = view.tree.level_of(domain)
+        leftover = view.slots(domain) - len(gang.pods)
+        for sequence, blocks in layout_plans(gang, order, weights):
+            pod_nodes = np.empty(len(gang.pods), dtype=np.int64)
+            pod_nodes[sequence] = fill_domain(view, domain, len(gang.pods), blocks)
+            cost = pricer.price(pod_nodes)[0]
+            tie = (whole_domains_broken(topo, view, pod_nodes), -level, leftover)
+            candidate = Candidate(tuple(int(n) for n in pod_nodes), order, cost, tie)
+            if candidate.beats(best):
+                best = candidate
+        return best
+
+    def assign(self, gang: Gang, topo: ClusterTopology) -> Assignment:
+        """Choose nodes and pod order for the whole gang, or say why it cannot fit."""
+        view = slot_view(gang, topo)
+        try:
+            domains = self._candidates(gang, topo, view)
+        except TopologyError as exc:
+            return Assignment.unschedulable(f"topology constraint cannot be met: {exc}")
+        if not domains:
+            return Assignment.unschedulable(unschedulable_reason(gang, topo) or "no domain can hold the gang")
+        orders = SUPPORTED_RANK_ORDERS if gang.rank_order == AUTO_RANK_ORDER else (gang.rank_order,)
+        floor = lower_bound_seconds(gang, topo) * (1 + RELATIVE_TIE)
+        best: Candidate | None = None
+        pricers = [LayoutPricer(gang, topo, order) for order in orders]
+        for level in sorted({view.tree.level_of(d) for d in domains}, reverse=True):
+            for domain in (d for d in domains if view.tree.level_of(d) == level):
+                for pricer, order in zip(pricers, orders):
+                    best = self._price_domain(gang, topo, view, domain, pricer, order, best)
+            if best is not None and best.cost <= floor:
+                break
+        assert best is not None
+        return Assignment(best.pod_nodes, None, best.rank_order)
+
+
+def factory(per_level: int = 3, **_options: object) -> MeshfitPolicy:
+    """Build the policy; `per_level` bounds the candidate domains priced per level."""
+    return MeshfitPolicy(per_level=per_level)

@@ -1,0 +1,116 @@
+"""`meshfit place`: place one job manifest on a cluster file and show the rank layout and its cost.
+
+Exit codes (DESIGN.md): 0 placed, 3 unschedulable (with the reason), 2 bad input (one line).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.table import Table
+
+from scheduler.cli.common import EXIT_UNSCHEDULABLE, OutputFormat, OutputOption, console, fail, print_json
+from scheduler.jobs import AXES, JobSpecError
+
+if TYPE_CHECKING:
+    from scheduler.placement import Placement
+    from topology.model import ClusterTopology
+
+ClusterOption = typer.Option(..., "--cluster", help="NodeList or List (Nodes + Pods) file, JSON or YAML.")
+JobOption = typer.Option(..., "--job", help="PyTorchJob, JobSet, TrainJob, Volcano Job or Indexed Job manifest.")
+PolicyOption = typer.Option("meshfit", "--policy", help="Placement policy (meshfit, first-fit, kueue-tas, ...).")
+ExplainOption = typer.Option(False, "--explain", help="Also say why the gang does or does not fit.")
+ConfigOption = typer.Option(None, "--config", help="Topology config (YAML/JSON): link overrides, levels.")
+
+
+def _load_cluster(cluster: Path, config: Path | None) -> ClusterTopology:
+    """The cluster topology, or a one-line error (exit 2)."""
+    try:
+        from topology.loaders import load_cluster
+    except ImportError:  # pragma: no cover - the loaders ship with the topology package
+        fail("topology loaders are not installed")
+    from topology.model import TopologyError
+
+    try:
+        return load_cluster(cluster, config)
+    except (TopologyError, OSError, ValueError) as exc:
+        fail(str(exc))
+
+
+def _ranges(ranks: list[int]) -> str:
+    """`0-7` style text for a sorted run of ranks (comma-separated runs)."""
+    runs: list[str] = []
+    start = prev = ranks[0]
+    for rank in ranks[1:] + [None]:  # type: ignore[list-item]
+        if rank is not None and rank == prev + 1:
+            prev = rank
+            continue
+        runs.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if rank is not None:
+            start = prev = rank
+    return ",".join(runs)
+
+
+def render_table(placement: Placement) -> None:
+    """Rich tables: pods (node, ranks), then per-axis degree, tier and seconds, total and lower bound."""
+    gang = placement.gang
+    console.print(f"[bold]{gang.key}[/bold] {placement.status} by {placement.policy} "
+                  f"(world {gang.world_size}, {gang.parallelism}, order {placement.rank_order})")
+    pods = Table("pod", "name", "node", "ranks", title="pods")
+    for pod in gang.pods:
+        pods.add_row(str(pod.index), pod.name, placement.pod_nodes[pod.index], _ranges(placement.pod_ranks(pod.index)))
+    console.print(pods)
+    cost = placement.cost
+    assert cost is not None
+    axes = Table("axis", "degree", "tier", "seconds/step", title="communication cost")
+    for axis in AXES:
+        axes.add_row(axis, str(gang.parallelism.degree(axis)), cost.tier_by_axis[axis], f"{cost.by_axis[axis]:.6f}")
+    axes.add_row("total", "", "", f"{cost.step_comm_seconds:.6f}")
+    axes.add_row("lower bound", "", "", f"{cost.lower_bound_seconds:.6f}")
+    console.print(axes)
+
+
+def place_command(
+    cluster: Path = ClusterOption,
+    job: Path = JobOption,
+    policy: str = PolicyOption,
+    explain_flag: bool = ExplainOption,
+    config: Path = ConfigOption,
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Place a job's whole gang (or nothing) and print its rank layout and predicted step cost."""
+    from scheduler.engine import place
+    from scheduler.explain import explain
+    from scheduler.manifests import load_job
+
+    try:
+        gang = load_job(job)
+    except JobSpecError as exc:
+        fail(str(exc))
+    topo = _load_cluster(cluster, config)
+    try:
+        placement = place(gang, topo, policy)
+    except (JobSpecError, ValueError) as exc:
+        fail(str(exc))
+    if output == OutputFormat.json:
+        document = placement.to_json()
+        if explain_flag:
+            document["explain"] = explain(gang, topo)
+        print_json(document)
+    elif placement.placed:
+        render_table(placement)
+        if explain_flag:
+            console.print(explain(gang, topo))
+    else:
+        console.print(f"[bold]{gang.key}[/bold] unschedulable by {placement.policy}: {placement.reason}")
+        if explain_flag:
+            console.print(explain(gang, topo))
+    if not placement.placed:
+        raise typer.Exit(EXIT_UNSCHEDULABLE)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `meshfit place` to the CLI."""
+    app.command("place")(place_command)

@@ -57,7 +57,7 @@ def decode_documents(data: bytes, source: str) -> list[Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "syntax error"
         raise TopologyError(f"{source} is not valid JSON or YAML{where}: {_one_line(problem)}") from None
 
 

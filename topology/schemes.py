@@ -165,7 +165,8 @@ def scheme_levels(scheme: LabelScheme, node_labels: list[dict[str, str]]) -> lis
             continue
         if level.per_host and not any(_shared_by_two(k, node_labels) for k in keys):
             continue
-        chosen.append(DetectedLevel(level.name, level.role, level.keys))
+        ordered = (*keys, *(k for k in level.keys if k not in present))
+        chosen.append(DetectedLevel(level.name, level.role, ordered))
     return chosen
 
 

@@ -1,0 +1,93 @@
+"""`volcano-hypernode`: Volcano network-topology-aware scheduling over HyperNodes, as published.
+
+HyperNode tiers count up from the hosts: tier 1 is the level just above the host, tier 2 the next,
+and so on.  Gradient search: from tier 1 up to `highestTierAllowed` (hard mode; a Volcano Job's
+`networkTopology`), take the HyperNodes of that tier that can hold the whole job and pick the most
+utilised one (HyperNode binpack); inside it, pods are placed one by one in task order on the node
+the binpack plugin scores highest (most allocated after placement, ties by name).  Soft mode (and
+jobs without `networkTopology`) walk every tier and fall back to the whole cluster.  Volcano has
+no notion of rank layout: it only keeps the job inside one HyperNode.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from plugins.policies.meshfit_search import ROOT, SlotView, slot_view
+from scheduler.capacity import constraint_levels
+from scheduler.explain import unschedulable_reason
+from scheduler.jobs import Gang
+from scheduler.placement import Assignment
+from topology.model import ClusterTopology, TopologyError
+
+NAME = "volcano-hypernode"
+
+
+def _utilisation(topo: ClusterTopology, domain: int) -> float:
+    d = topo.domains[domain]
+    return (d.gpus_total - d.gpus_free) / d.gpus_total if d.gpus_total else 0.0
+
+
+def binpack_nodes(gang: Gang, topo: ClusterTopology, view: SlotView, nodes: list[int]) -> list[int]:
+    """Pods in index order, each on the node with the highest utilisation after placing it."""
+    g = gang.gpus_per_pod
+    heap = []
+    for n in nodes:
+        if view.node_slots[n] > 0:
+            node = topo.nodes[n]
+            heap.append((-(node.gpus_total - int(view.node_free[n]) + g) / node.gpus_total, node.name, n,
+                         int(view.node_slots[n]), int(view.node_free[n])))
+    heapq.heapify(heap)
+    chosen: list[int] = []
+    while len(chosen) < len(gang.pods) and heap:
+        _, name, n, slots, free = heapq.heappop(heap)
+        chosen.append(n)
+        if slots > 1:
+            total = topo.nodes[n].gpus_total
+            free -= g
+            heapq.heappush(heap, (-(total - free + g) / total, name, n, slots - 1, free))
+    return chosen
+
+
+def _pick_hypernode(topo: ClusterTopology, view: SlotView, level: int, pods: int) -> int | None:
+    """The most utilised HyperNode at `level` that can hold every pod (ties by name)."""
+    fitting = [d.id for d in topo.domains if d.level == level and view.slots(d.id) >= pods]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda d: (-_utilisation(topo, d), topo.domains[d].name))
+
+
+class VolcanoHyperNodePolicy:
+    """Lowest-tier HyperNode that fits (gradient from tier 1), then node binpack inside it."""
+
+    name = NAME
+
+    def assign(self, gang: Gang, topo: ClusterTopology) -> Assignment:
+        """Walk tiers bottom-up; hard mode stops at highestTierAllowed, soft falls back to the cluster."""
+        view = slot_view(gang, topo)
+        pods = len(gang.pods)
+        if view.total < pods:
+            return Assignment.unschedulable(unschedulable_reason(gang, topo) or "does not fit")
+        try:
+            required, _ = constraint_levels(gang, topo)
+        except TopologyError as exc:
+            return Assignment.unschedulable(f"topology constraint cannot be met: {exc}")
+        highest = required if required is not None else 0
+        chosen: int | None = None
+        for level in range(topo.host_level - 1, highest - 1, -1):
+            chosen = _pick_hypernode(topo, view, level, pods)
+            if chosen is not None:
+                break
+        if chosen is None:
+            if required is not None:
+                return Assignment.unschedulable(unschedulable_reason(gang, topo) or
+                                                f"no HyperNode up to tier {topo.host_level - required} fits")
+            chosen = ROOT
+        members = list(range(len(topo.nodes))) if chosen == ROOT else topo.domains[chosen].nodes
+        pod_nodes = binpack_nodes(gang, topo, view, members)
+        return Assignment(tuple(pod_nodes))
+
+
+def factory(**_options: object) -> VolcanoHyperNodePolicy:
+    """Build the policy (it takes no options)."""
+    return VolcanoHyperNodePolicy()

@@ -70,6 +70,8 @@ def parse_toleration(spec: str | Mapping[str, Any] | Toleration) -> Toleration:
 
 def parse_gpu_quantity(raw: Any, where: str) -> int:
     """A whole, non-negative GPU count from a Kubernetes quantity (`8`, `"8"`, `"8.0"`); else TopologyError."""
+    if isinstance(raw, str) and raw.isdigit() and raw.isascii():
+        return int(raw)
     if isinstance(raw, bool):
         raise TopologyError(f"{where}: GPU quantity must be a number, got {raw!r}")
     if isinstance(raw, int):

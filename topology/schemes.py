@@ -15,6 +15,7 @@ Topograph's two generations normalise to the same levels: old
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -121,12 +122,18 @@ def topograph_levels(keys_present: set[str]) -> list[SchemeLevel]:
 
 def detect_scheme(node_labels: list[dict[str, str]]) -> LabelScheme:
     """The scheme whose own keys the most nodes carry (ties go to table order)."""
-    best, best_count = None, 0
-    for scheme in SCHEMES:
-        count = sum(1 for labels in node_labels if any(scheme.owns(key) for key in labels))
-        if count > best_count:
-            best, best_count = scheme, count
-    if best is not None:
+    owners_by_key: dict[str, frozenset[str]] = {}
+    counts: Counter[str] = Counter()
+    for labels in node_labels:
+        owners: set[str] = set()
+        for key in labels:
+            found = owners_by_key.get(key)
+            if found is None:
+                found = owners_by_key[key] = frozenset(s.name for s in SCHEMES if s.owns(key))
+            owners.update(found)
+        counts.update(owners)
+    best = max(SCHEMES, key=lambda s: (counts[s.name], -SCHEMES.index(s)))
+    if counts[best.name]:
         return best
     if any(CLIQUE_LABEL in labels for labels in node_labels):
         return CLIQUE_SCHEME

@@ -1,0 +1,242 @@
+"""The gang reservation ledger: assume -> commit or discard, one atomic entry per gang.
+
+A reservation holds every not-yet-bound pod slot of a gang on its node *inside the topology*
+(key `resv:<ns>/<gang>/<index>`), so "free capacity minus all reservations" is simply the
+topology's free count and any placement made against it can never over-commit.  When a pod
+binds, its slot converts from reserved to bound (the pod's own holding, kept by
+`scheduler.state.ClusterState`, replaces the reservation's in the same critical section).  A TTL
+releases the reserved slots of a gang that does not finish binding; unreserve is idempotent.
+
+The ledger has no lock of its own: `ClusterState` calls it under its single lock.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from scheduler.jobs import Gang
+from scheduler.placement import Placement
+from topology.model import ClusterTopology, TopologyError
+
+DEFAULT_TTL_SECONDS = 120.0
+
+SLOT_RESERVED = "reserved"
+SLOT_BOUND = "bound"
+SLOT_RELEASED = "released"
+
+STATUS_RESERVED = "reserved"
+STATUS_PARTIAL = "partial"
+STATUS_BOUND = "bound"
+
+
+def reservation_key(gang_key: str, index: int) -> str:
+    """Topology holding key of one reserved pod slot."""
+    return f"resv:{gang_key}/{index}"
+
+
+@dataclass
+class Slot:
+    """One pod index of a reserved gang: its node, GPUs, state and (once seen) the pod's name."""
+
+    index: int
+    node: str
+    gpus: int
+    state: str = SLOT_RESERVED
+    pod: str | None = None
+
+
+@dataclass
+class Reservation:
+    """A gang's ledger entry: its placement (None when rebuilt from bound pods) and its slots."""
+
+    gang: Gang
+    slots: dict[int, Slot]
+    created_at: float
+    expires_at: float | None
+    placement: Placement | None = None
+    signature: tuple | None = None
+    """What every member must agree on (see `scheduler.membership.membership_signature`)."""
+
+    @property
+    def gang_key(self) -> str:
+        """`namespace/name` of the gang."""
+        return self.gang.key
+
+    @property
+    def status(self) -> str:
+        """`bound` when every slot is bound, `reserved` while all are held, else `partial`."""
+        states = {slot.state for slot in self.slots.values()}
+        if len(self.slots) == len(self.gang.pods) and states == {SLOT_BOUND}:
+            return STATUS_BOUND
+        if len(self.slots) == len(self.gang.pods) and SLOT_RELEASED not in states:
+            return STATUS_RESERVED
+        return STATUS_PARTIAL
+
+    def reserved_slots(self) -> list[Slot]:
+        """Slots still held by the reservation (not bound, not released)."""
+        return [s for s in self.slots.values() if s.state == SLOT_RESERVED]
+
+    def missing_indices(self) -> list[int]:
+        """Pod indices that hold nothing: never reserved, or released."""
+        return [i for i in range(len(self.gang.pods))
+                if i not in self.slots or self.slots[i].state == SLOT_RELEASED]
+
+    def node_of(self, index: int) -> str | None:
+        """The node slot `index` holds (reserved or bound), or None."""
+        slot = self.slots.get(index)
+        return slot.node if slot is not None and slot.state != SLOT_RELEASED else None
+
+    def to_json(self) -> dict:
+        """`{"gang", "status", "pods": {pod: node}, "expires_at"}` for `GET /reservations`."""
+        pods = {}
+        for index in sorted(self.slots):
+            slot = self.slots[index]
+            if slot.state != SLOT_RELEASED:
+                pods[slot.pod or self.gang.pods[index].name] = slot.node
+        return {"gang": self.gang_key, "status": self.status, "pods": pods,
+                "expires_at": self.expires_at if self.status != STATUS_BOUND else None}
+
+
+class ReservationLedger:
+    """Gang key -> reservation, holding reserved slots in a topology; TTL from an injectable clock."""
+
+    def __init__(self, topo: ClusterTopology, ttl_seconds: float = DEFAULT_TTL_SECONDS,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.topo = topo
+        self.ttl_seconds = float(ttl_seconds)
+        self.clock = clock
+        self.entries: dict[str, Reservation] = {}
+        self.expired_total = 0
+
+    # ----- assume / commit / discard ---------------------------------------------------------
+    def reserve(self, placement: Placement, indices: list[int] | None = None) -> Reservation:
+        """Hold the placed gang's slots (all, or `indices` of an existing entry) atomically."""
+        gang = placement.gang
+        entry = self.entries.get(gang.key)
+        now = self.clock()
+        if entry is None:
+            entry = Reservation(gang, {}, now, now + self.ttl_seconds, placement)
+        todo = list(range(len(gang.pods))) if indices is None else list(indices)
+        added: list[int] = []
+        try:
+            for i in todo:
+                node = placement.pod_nodes[i]
+                self.topo.add_pod(reservation_key(gang.key, i), node, gang.gpus_per_pod)
+                added.append(i)
+        except TopologyError:
+            for i in added:
+                self.topo.remove_pod(reservation_key(gang.key, i))
+            raise
+        for i in todo:
+            old = entry.slots.get(i)
+            entry.slots[i] = Slot(i, placement.pod_nodes[i], gang.gpus_per_pod, SLOT_RESERVED,
+                                  old.pod if old else None)
+        entry.expires_at = now + self.ttl_seconds
+        if entry.placement is None or indices is None:
+            entry.placement = placement
+        self.entries[gang.key] = entry
+        return entry
+
+    def mark_bound(self, gang_key: str, index: int, pod: str, node: str) -> bool:
+        """Convert slot `index` from reserved to bound by `pod` on `node`; False if no such reservation."""
+        entry = self.entries.get(gang_key)
+        if entry is None:
+            return False
+        slot = entry.slots.get(index)
+        if slot is None:
+            return False
+        self.topo.remove_pod(reservation_key(gang_key, index))
+        slot.state, slot.pod, slot.node = SLOT_BOUND, pod, node
+        return True
+
+    def note_pod(self, gang_key: str, index: int, pod: str) -> None:
+        """Remember which pod fills slot `index` (for listings and bind checks)."""
+        entry = self.entries.get(gang_key)
+        if entry is not None and index in entry.slots and entry.slots[index].pod is None:
+            entry.slots[index].pod = pod
+
+    def release_slot(self, gang_key: str, index: int) -> bool:
+        """A member pod was deleted or failed: release its share; drop the entry once nothing is held."""
+        entry = self.entries.get(gang_key)
+        if entry is None or index not in entry.slots:
+            return False
+        self.topo.remove_pod(reservation_key(gang_key, index))
+        entry.slots[index].state = SLOT_RELEASED
+        if all(s.state == SLOT_RELEASED for s in entry.slots.values()):
+            del self.entries[gang_key]
+        return True
+
+    def unreserve(self, gang_key: str) -> bool:
+        """Release every reserved slot and forget the entry (idempotent; bound pods keep their own holds)."""
+        entry = self.entries.pop(gang_key, None)
+        if entry is None:
+            return False
+        for slot in entry.slots.values():
+            self.topo.remove_pod(reservation_key(gang_key, slot.index))
+        return True
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Release the reserved slots of every gang past its TTL; returns the gang keys expired."""
+        now = self.clock() if now is None else now
+        expired = []
+        for key, entry in list(self.entries.items()):
+            if entry.expires_at is None or entry.expires_at > now or not entry.reserved_slots():
+                continue
+            expired.append(key)
+            for slot in entry.reserved_slots():
+                self.topo.remove_pod(reservation_key(key, slot.index))
+                slot.state = SLOT_RELEASED
+            if not any(s.state == SLOT_BOUND for s in entry.slots.values()):
+                del self.entries[key]
+        self.expired_total += len(expired)
+        return expired
+
+    # ----- topology rebuilds and restarts --------------------------------------------------
+    def attach(self, topo: ClusterTopology) -> list[str]:
+        """Re-hold every reserved slot in a rebuilt topology; gangs whose node vanished are unreserved."""
+        self.topo = topo
+        dropped = []
+        for key, entry in list(self.entries.items()):
+            for slot in entry.reserved_slots():
+                if slot.node not in topo.node_by_name:
+                    dropped.append(key)
+                    break
+            else:
+                for slot in entry.reserved_slots():
+                    topo.add_pod(reservation_key(key, slot.index), slot.node, slot.gpus)
+        for key in dropped:
+            entry = self.entries[key]
+            for slot in entry.reserved_slots():
+                topo.remove_pod(reservation_key(key, slot.index))
+                slot.state = SLOT_RELEASED
+            if not any(s.state == SLOT_BOUND for s in entry.slots.values()):
+                del self.entries[key]
+        return dropped
+
+    def record_bound(self, gang: Gang, index: int, pod: str, node: str) -> Reservation:
+        """Create or extend an entry for a pod found already bound (start-up rebuild; holds nothing)."""
+        entry = self.entries.get(gang.key)
+        if entry is None:
+            entry = Reservation(gang, {}, self.clock(), None)
+            self.entries[gang.key] = entry
+        self.topo.remove_pod(reservation_key(gang.key, index))
+        entry.slots[index] = Slot(index, node, gang.gpus_per_pod, SLOT_BOUND, pod)
+        return entry
+
+    # ----- queries ---------------------------------------------------------------------------
+    def get(self, gang_key: str) -> Reservation | None:
+        """The entry of one gang, or None."""
+        return self.entries.get(gang_key)
+
+    def counts(self) -> dict[str, int]:
+        """Number of entries per status."""
+        counts = {STATUS_RESERVED: 0, STATUS_PARTIAL: 0, STATUS_BOUND: 0}
+        for entry in self.entries.values():
+            counts[entry.status] += 1
+        return counts
+
+    def to_json(self) -> list[dict]:
+        """Every entry, sorted by gang key."""
+        return [self.entries[k].to_json() for k in sorted(self.entries)]

@@ -1,0 +1,1 @@
+"""The scheduler-extender service: kube-scheduler and Volcano extender verbs, gRPC, metrics."""

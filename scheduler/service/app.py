@@ -1,0 +1,113 @@
+"""The Starlette app of `meshfit serve`: extender verbs, Volcano verbs, health, metrics, reservations.
+
+Routes answer both at the root (`/filter`) and under `/scheduler` (`/scheduler/filter`), so either
+urlPrefix style works.  Handlers translate only; `GangScheduler` decides.  A background task
+releases expired reservations every `sweep_seconds` even when no request arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Callable
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from scheduler.service import extender, volcano
+from scheduler.service.binding import Binder
+from scheduler.service.metrics import ServiceMetrics
+from scheduler.service.scheduling import GangScheduler
+from scheduler.state import ClusterState
+
+JSON = "application/json"
+Handler = Callable[[GangScheduler, bytes], tuple[int, bytes]]
+
+
+def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit") -> tuple[GangScheduler, ServiceMetrics]:
+    """A `GangScheduler` wired to a fresh `ServiceMetrics`; ValueError for an unknown policy."""
+    from plugins.policies import get_policy
+
+    get_policy(policy)
+    metrics = ServiceMetrics(state)
+    scheduler = GangScheduler(state, binder, policy, on_placed=metrics.observe_placement,
+                              on_expired=metrics.observe_expiries)
+    return scheduler, metrics
+
+
+def _verb_endpoint(verb: str, handler: Handler, scheduler: GangScheduler, metrics: ServiceMetrics,
+                   threaded: bool = False):
+    histogram = metrics.latency.labels(verb)
+
+    async def endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        body = await request.body()
+        if threaded:
+            status, payload = await run_in_threadpool(handler, scheduler, body)
+        else:
+            status, payload = handler(scheduler, body)
+        histogram.observe(time.perf_counter() - started)
+        return Response(payload, status_code=status, media_type=JSON)
+
+    return endpoint
+
+
+def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[], bool]) -> list[Route]:
+    verbs: list[tuple[str, Handler, bool]] = [
+        ("filter", extender.handle_filter, False),
+        ("prioritize", extender.handle_prioritize, False),
+        ("bind", extender.handle_bind, True),
+        ("preempt", extender.handle_preempt, False),
+    ]
+    routes = []
+    for verb, handler, threaded in verbs:
+        endpoint = _verb_endpoint(verb, handler, scheduler, metrics, threaded)
+        routes += [Route(f"/{verb}", endpoint, methods=["POST"]),
+                   Route(f"/scheduler/{verb}", endpoint, methods=["POST"])]
+    for verb, handler in volcano.HANDLERS.items():
+        routes.append(Route(f"/volcano/{verb}", _verb_endpoint(f"volcano/{verb}", handler, scheduler, metrics),
+                            methods=["POST"]))
+
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def readyz(_: Request) -> Response:
+        return PlainTextResponse("ok") if ready() else PlainTextResponse("cluster state not synced", 503)
+
+    async def metrics_endpoint(_: Request) -> Response:
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4")
+
+    async def reservations(_: Request) -> Response:
+        return JSONResponse(scheduler.reservations())
+
+    return routes + [Route("/healthz", healthz), Route("/readyz", readyz),
+                     Route("/metrics", metrics_endpoint), Route("/reservations", reservations)]
+
+
+def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[], bool] = lambda: True,
+               sweep_seconds: float = 1.0) -> Starlette:
+    """The ASGI app serving every verb of one scheduler."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette):
+        async def sweeper() -> None:
+            while True:
+                await asyncio.sleep(sweep_seconds)
+                scheduler.sweep()
+
+        task = asyncio.create_task(sweeper())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = Starlette(routes=_routes(scheduler, metrics, ready), lifespan=lifespan)
+    app.state.scheduler = scheduler
+    app.state.metrics = metrics
+    return app

@@ -1,0 +1,40 @@
+"""`MemoryBinder`: the embedded mode's binder, keeping bindings and annotations in memory."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from scheduler.service.binding import BindConflict
+
+
+@dataclass(frozen=True)
+class BindingRecord:
+    """One binding as the API server would have stored it."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    annotations: dict[str, str]
+
+
+class MemoryBinder:
+    """Implements the `Binder` protocol in memory: a pod binds once, to one node."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bindings: dict[tuple[str, str], BindingRecord] = {}
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
+        """Record the binding; BindConflict if the pod is already bound to another node."""
+        with self._lock:
+            old = self.bindings.get((namespace, name))
+            if old is not None and (old.node != node or (uid and old.uid and old.uid != uid)):
+                raise BindConflict(f"pod {namespace}/{name} is already bound to {old.node}")
+            self.bindings[(namespace, name)] = BindingRecord(namespace, name, uid, node, dict(annotations))
+
+    def unbind(self, namespace: str, name: str) -> None:
+        """Forget a binding (the pod was deleted)."""
+        with self._lock:
+            self.bindings.pop((namespace, name), None)

@@ -1,0 +1,87 @@
+"""Prometheus metrics of the service, in a registry of its own (one per app instance).
+
+Request latency per verb; gangs pending / reserved / bound and GPUs free are read from the state
+at scrape time by a collector (no bookkeeping on the hot path); reservation expiries and the
+predicted step-time ratio to the lower bound of placed gangs are recorded as they happen.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from scheduler.capacity import domain_pod_slots
+from scheduler.placement import Placement
+from scheduler.state import ClusterState
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+RATIO_BUCKETS = (1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
+
+
+class StateCollector(Collector):
+    """Gauges read from `ClusterState` when Prometheus scrapes."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Gangs by status, free GPUs in total and in the largest free domain per level."""
+        with self.state.lock:
+            counts = self.state.ledger.counts()
+            pending = sum(1 for key, members in self.state.gang_index.items()
+                          if key not in self.state.ledger.entries and any(not r.node for r in members))
+            topo = self.state.topology
+            free_total = topo.gpus_free
+            largest = {}
+            if topo.nodes:
+                per_domain = domain_pod_slots(topo, [n.gpus_free for n in topo.nodes])
+                for level, spec in enumerate(topo.levels):
+                    largest[spec.name] = max((per_domain[d.id] for d in topo.domains if d.level == level), default=0)
+        gangs = GaugeMetricFamily("meshfit_gangs", "Gangs by status.", labels=["status"])
+        gangs.add_metric(["pending"], pending)
+        for status, count in counts.items():
+            gangs.add_metric([status], count)
+        yield gangs
+        yield GaugeMetricFamily("meshfit_gpus_free", "GPUs free on schedulable nodes, net of reservations.",
+                                value=free_total)
+        per_level = GaugeMetricFamily("meshfit_gpus_free_largest_domain",
+                                      "Free GPUs in the largest free domain of each topology level.",
+                                      labels=["level"])
+        for level, value in largest.items():
+            per_level.add_metric([level], value)
+        yield per_level
+
+
+class ServiceMetrics:
+    """Every metric of one service instance and its registry."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.registry = CollectorRegistry()
+        self.latency = Histogram("meshfit_request_seconds", "Request latency per verb.", ["verb"],
+                                 buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.expiries = Counter("meshfit_reservation_expiries", "Gang reservations released by TTL.",
+                                registry=self.registry)
+        self.placements = Counter("meshfit_gang_placements", "Gangs placed and reserved.", ["policy"],
+                                  registry=self.registry)
+        self.step_ratio = Histogram("meshfit_step_time_ratio",
+                                    "Predicted step communication time / lower bound of placed gangs.",
+                                    buckets=RATIO_BUCKETS, registry=self.registry)
+        self.registry.register(StateCollector(state))
+
+    def observe_placement(self, placement: Placement) -> None:
+        """Count a placed gang and record its predicted step-time ratio."""
+        self.placements.labels(placement.policy).inc()
+        cost = placement.cost
+        if cost is not None and cost.lower_bound_seconds > 0:
+            self.step_ratio.observe(cost.step_comm_seconds / cost.lower_bound_seconds)
+
+    def observe_expiries(self, count: int) -> None:
+        """Count reservations released by TTL."""
+        self.expiries.inc(count)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of everything."""
+        return generate_latest(self.registry)

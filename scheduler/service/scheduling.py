@@ -1,0 +1,271 @@
+"""`GangScheduler`: the decisions behind every verb (filter, prioritize, bind, preempt, place).
+
+Protocol handlers (kube-scheduler extender, Volcano extender, gRPC) only translate wire formats
+into calls on this class.  Decisions are made under `ClusterState.lock`; the only call made
+outside it is the binder's (an API round trip), during which the slot stays reserved.
+
+Pods that are not in a gang: without GPUs they pass through untouched; a GPU pod gets every
+offered node that still has room once gang reservations are subtracted (kube-scheduler keeps its
+own choice among them and its preemption), and is assumed at bind so a concurrent gang placement
+can never take the same GPUs.  It is deliberately *not* a gang of one: pinning it to one node
+would fight kube-scheduler's scoring for no topology gain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from scheduler.engine import place
+from scheduler.jobs import Gang, JobSpecError
+from scheduler.membership import describe_signature, gang_from_membership, membership_signature
+from scheduler.placement import Placement
+from scheduler.reservations import Reservation
+from scheduler.reserve_ops import place_and_reserve, reserve_remaining, shortfall_reason
+from scheduler.service.binding import Binder, gang_annotations
+from scheduler.state import ClusterState, PodRecord
+from topology.model import TopologyError
+
+MAX_SCORE = 10
+UNKNOWN_NODE_REASON = "node is not in meshfit's cluster state (no GPU resource, or not seen yet)"
+
+
+@dataclass
+class FilterDecision:
+    """Nodes that pass, nodes that fail with a reason, or an error for the whole call."""
+
+    nodes: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+
+def sampled_out_reason(gang_key: str, index: int, node: str, offered: int) -> str:
+    """Reason given when a gang member's reserved node is missing from the offered list."""
+    return (f"pod {index} of gang {gang_key} is reserved on node {node}, which is not among the "
+            f"{offered} node(s) offered; kube-scheduler samples nodes on large clusters: set "
+            f"percentageOfNodesToScore: 100 in the profile (or nominate the node), or the node "
+            f"failed another filter")
+
+
+class GangScheduler:
+    """Filter / prioritize / bind / preempt / place over one `ClusterState` and one `Binder`."""
+
+    def __init__(self, state: ClusterState, binder: Binder, policy: str = "meshfit",
+                 on_placed: Callable[[Placement], None] | None = None,
+                 on_expired: Callable[[int], None] | None = None) -> None:
+        self.state = state
+        self.binder = binder
+        self.policy = policy
+        self.on_placed = on_placed
+        self.on_expired = on_expired
+
+    # ----- housekeeping ----------------------------------------------------------------------
+    def sweep(self) -> list[str]:
+        """Release reservations past their TTL; returns the gang keys expired."""
+        with self.state.lock:
+            expired = self.state.ledger.expire()
+        if expired and self.on_expired is not None:
+            self.on_expired(len(expired))
+        return expired
+
+    # ----- filter ------------------------------------------------------------------------------
+    def filter(self, pod: dict, node_names: list[str]) -> FilterDecision:
+        """Which offered nodes the pod may use; a gang member gets only its reserved node."""
+        self.sweep()
+        record = self.state.observe_pending_pod(pod)
+        if record.member_error:
+            return FilterDecision(error=record.member_error)
+        if record.member is None:
+            if record.gpus == 0:
+                return FilterDecision(nodes=list(node_names))
+            return self._filter_single(record, node_names)
+        return self._filter_gang(record, node_names)
+
+    def _filter_single(self, record: PodRecord, node_names: list[str]) -> FilterDecision:
+        decision = FilterDecision()
+        with self.state.lock:
+            by_name = self.state.topology.node_by_name
+            for name in node_names:
+                node = by_name.get(name)
+                if node is None:
+                    decision.failed[name] = UNKNOWN_NODE_REASON
+                elif node.gpus_free >= record.gpus:
+                    decision.nodes.append(name)
+                else:
+                    decision.failed[name] = (f"pod {record.key} needs {record.gpus} GPUs; node has "
+                                             f"{node.gpus_free} free once gang reservations are held")
+        return decision
+
+    def _check_consistent(self, record: PodRecord, entry: Reservation | None) -> str:
+        mine = membership_signature(record.member)
+        if entry is not None and entry.signature is not None and entry.signature != mine:
+            return (f"gang {record.member.gang_key}: pod {record.key} declares {describe_signature(mine)} "
+                    f"but the gang was reserved as {describe_signature(entry.signature)}")
+        for other in self.state.gang_members(record.member.gang_key):
+            theirs = membership_signature(other.member)
+            if other.uid != record.uid and theirs != mine:
+                return (f"gang {record.member.gang_key}: pods disagree: {record.key} declares "
+                        f"{describe_signature(mine)}, {other.key} declares {describe_signature(theirs)}")
+        return ""
+
+    def _reserve_for(self, record: PodRecord) -> tuple[Reservation | None, str]:
+        """The gang's reservation holding this pod's slot (placing the gang if needed), or a reason."""
+        member = record.member
+        ledger, topo = self.state.ledger, self.state.topology
+        entry = ledger.get(member.gang_key)
+        if entry is None:
+            names = {r.member.index: r.name for r in self.state.gang_members(member.gang_key)}
+            gang = gang_from_membership(member, names)
+            placement, entry = place_and_reserve(ledger, gang, topo, self.policy)
+            if entry is None:
+                return None, shortfall_reason(gang, topo, placement)
+            entry.signature = membership_signature(member)
+            if self.on_placed is not None:
+                self.on_placed(placement)
+        elif entry.node_of(member.index) is None:
+            if reserve_remaining(ledger, entry, topo, self.policy) is None:
+                return None, (f"gang {member.gang_key}: its remaining {len(entry.missing_indices())} "
+                              f"member(s) do not fit next to the bound ones")
+        slot = entry.slots[member.index]
+        if slot.state == "bound" and slot.pod not in (None, record.name):
+            return None, f"slot {member.index} of gang {member.gang_key} is already bound to pod {slot.pod}"
+        ledger.note_pod(member.gang_key, member.index, record.name)
+        return entry, ""
+
+    def _filter_gang(self, record: PodRecord, node_names: list[str]) -> FilterDecision:
+        with self.state.lock:
+            entry = self.state.ledger.get(record.member.gang_key)
+            error = self._check_consistent(record, entry)
+            if error:
+                return FilterDecision(error=error)
+            try:
+                entry, reason = self._reserve_for(record)
+            except (JobSpecError, TopologyError, ValueError) as exc:
+                return FilterDecision(error=f"gang {record.member.gang_key}: {exc}")
+            node = entry.node_of(record.member.index) if entry is not None else None
+        if node is None:
+            return FilterDecision(failed={name: reason for name in node_names})
+        if node in node_names:
+            return FilterDecision(nodes=[node])
+        reason = sampled_out_reason(record.member.gang_key, record.member.index, node, len(node_names))
+        return FilterDecision(failed={name: reason for name in node_names})
+
+    # ----- prioritize --------------------------------------------------------------------------
+    def prioritize(self, pod: dict, node_names: list[str]) -> list[tuple[str, int]]:
+        """Integer scores 0..10: the reserved node 10 for a gang member; best fit for a GPU pod."""
+        meta = pod.get("metadata") or {}
+        with self.state.lock:
+            record = self.state.pod(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+            if record is None:
+                record = self.state.observe_pending_pod(pod)
+            if record.member is not None:
+                entry = self.state.ledger.get(record.member.gang_key)
+                node = entry.node_of(record.member.index) if entry is not None else None
+                return [(name, MAX_SCORE if name == node else 0) for name in node_names]
+            if record.gpus == 0:
+                return [(name, 0) for name in node_names]
+            return [(name, self._best_fit_score(name, record.gpus)) for name in node_names]
+
+    def _best_fit_score(self, name: str, gpus: int) -> int:
+        node = self.state.topology.node_by_name.get(name)
+        if node is None or node.gpus_free < gpus or node.gpus_total == 0:
+            return 0
+        left = node.gpus_free - gpus
+        return int(round(MAX_SCORE * (1 - left / node.gpus_total)))
+
+    # ----- bind --------------------------------------------------------------------------------
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Bind through the binder with the rank annotations; returns an error text ("" on success)."""
+        self.sweep()
+        annotations, assumed = {}, False
+        with self.state.lock:
+            record = self.state.pod(namespace, name)
+            if record is not None and record.member is not None:
+                member = record.member
+                entry = self.state.ledger.get(member.gang_key)
+                held = entry.node_of(member.index) if entry is not None else None
+                if held is None:
+                    return (f"pod {namespace}/{name} of gang {member.gang_key} has no reservation "
+                            f"(expired or released); it will be filtered again")
+                if held != node:
+                    return f"pod {namespace}/{name} of gang {member.gang_key} is reserved on {held}, not {node}"
+                annotations = gang_annotations(entry, member.index)
+            elif record is not None and record.gpus > 0 and not record.node:
+                error = self._assume_single(record, node)
+                if error:
+                    return error
+                assumed = True
+        try:
+            self.binder.bind(namespace, name, uid, node, annotations)
+        except Exception as exc:  # noqa: BLE001 - any binder failure is reported to kube-scheduler
+            if assumed:
+                self.state.unassume(namespace, name)
+            return f"binding {namespace}/{name} to {node} failed: {exc}"
+        self.state.record_binding(namespace, name, node)
+        return ""
+
+    def _assume_single(self, record: PodRecord, node_name: str) -> str:
+        node = self.state.topology.node_by_name.get(node_name)
+        if node is None:
+            return f"node {node_name}: {UNKNOWN_NODE_REASON}"
+        if node.gpus_free < record.gpus:
+            return (f"node {node_name} no longer has {record.gpus} free GPUs "
+                    f"({node.gpus_free} free once gang reservations are held)")
+        self.state.record_binding(record.namespace, record.name, node_name)
+        return ""
+
+    # ----- preempt -----------------------------------------------------------------------------
+    def preempt(self, victims: dict[str, list[str]], victim_pods: dict[str, dict] | None = None,
+                ) -> dict[str, list[str]]:
+        """Keep only nodes whose victim set evicts whole gangs (every bound member) or no gang pod."""
+        victim_pods = victim_pods or {}
+        kept: dict[str, list[str]] = {}
+        with self.state.lock:
+            for node, uids in victims.items():
+                if uids and self._evicts_whole_gangs(set(uids), victim_pods):
+                    kept[node] = list(uids)
+        return kept
+
+    def whole_gang_victims(self, uids: list[str], victim_pods: dict[str, dict] | None = None) -> list[str]:
+        """The victims of a flat list that can go: non-gang pods, and gangs whose running pods all go."""
+        victim_pods = victim_pods or {}
+        chosen = set(uids)
+        with self.state.lock:
+            return [uid for uid in uids if self._evicts_whole_gangs({uid} | chosen, victim_pods, only=uid)]
+
+    def _evicts_whole_gangs(self, uids: set[str], victim_pods: dict[str, dict], only: str | None = None) -> bool:
+        for uid in ([only] if only is not None else uids):
+            record = self.state.pod_by_uid(uid)
+            if record is None and uid in victim_pods:
+                record = self.state.upsert_pod(victim_pods[uid])
+            if record is None or record.member is None:
+                continue
+            running = {r.uid for r in self.state.gang_members(record.member.gang_key) if r.node}
+            if not running <= uids:
+                return False
+        return True
+
+    # ----- gRPC / Volcano ----------------------------------------------------------------------
+    def place(self, gang: Gang, reserve: bool = False) -> Placement:
+        """Place a gang (dry run, or reserving it as one ledger entry when `reserve`)."""
+        with self.state.lock:
+            entry = self.state.ledger.get(gang.key)
+            if entry is not None and entry.placement is not None:
+                return entry.placement
+            if not reserve:
+                return place(gang, self.state.topology, self.policy)
+            placement, entry = place_and_reserve(self.state.ledger, gang, self.state.topology, self.policy)
+        if entry is not None and self.on_placed is not None:
+            self.on_placed(placement)
+        return placement
+
+    def reservation(self, gang_key: str) -> dict[str, Any] | None:
+        """The `/reservations` JSON of one gang, or None."""
+        with self.state.lock:
+            entry = self.state.ledger.get(gang_key)
+            return entry.to_json() if entry is not None else None
+
+    def reservations(self) -> list[dict[str, Any]]:
+        """Every reservation as `/reservations` JSON."""
+        with self.state.lock:
+            return self.state.ledger.to_json()

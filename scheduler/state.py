@@ -1,0 +1,338 @@
+"""`ClusterState`: the one in-memory view the service decides on.
+
+It owns the `ClusterTopology` (rebuilt from node labels via `topology.loaders.topology_from_objects`),
+the pods by uid with the GPUs they hold, the gang objects (PodGroups, JobSets, Jobs, Workloads...)
+by (kind, namespace, name), and the reservation ledger.  The watch loop feeds it through
+`replace_all` / `upsert_*` / `delete_*`; the extender, Volcano and gRPC handlers make their
+decisions under its single re-entrant `lock`, so place-and-reserve is one critical section.
+
+Holdings in the topology: a bound, unfinished GPU pod holds `pod:<ns>/<name>`; a reserved gang
+slot holds `resv:<ns>/<gang>/<index>` (see `scheduler.reservations`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from scheduler.jobs import JobSpecError
+from scheduler.membership import gang_from_membership, identify
+from scheduler.reservations import DEFAULT_TTL_SECONDS, ReservationLedger
+from topology.builder import HOST_LABEL, HOST_LEVEL
+from topology.config import as_config
+from topology.explicit import is_hypernode, is_topology_object
+from topology.k8s import FINISHED_PHASES, node_record_from_k8s, pod_gpu_request, pod_holds_node
+from topology.model import ClusterTopology, Level, LinkTier, TopologyError
+
+
+def pod_holding_key(namespace: str, name: str) -> str:
+    """Topology holding key of a bound pod."""
+    return f"pod:{namespace}/{name}"
+
+
+@dataclass
+class PodRecord:
+    """What the state keeps of one pod: identity, the node it holds GPUs on, and its gang."""
+
+    uid: str
+    namespace: str
+    name: str
+    gpus: int
+    node: str | None
+    phase: str
+    member: Any = None
+    member_error: str | None = None
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`."""
+        return f"{self.namespace}/{self.name}"
+
+
+def empty_topology() -> ClusterTopology:
+    """A topology with no nodes (before the first list, or when no node has GPUs)."""
+    link = LinkTier(1.0, 1.0)
+    return ClusterTopology([Level(HOST_LEVEL, HOST_LABEL, link, HOST_LEVEL, (HOST_LABEL,))], [], [], link)
+
+
+def _meta(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+class ClusterState:
+    """Nodes, pods, gang objects and reservations behind one lock; see the module docstring."""
+
+    def __init__(self, config: Any = None, tolerations: Iterable[Any] = (),
+                 ttl_seconds: float = DEFAULT_TTL_SECONDS, clock: Callable[[], float] = time.time) -> None:
+        self.config = as_config(config)
+        self.tolerations = tuple(tolerations)
+        self.lock = threading.RLock()
+        self.topology = empty_topology()
+        self.ledger = ReservationLedger(self.topology, ttl_seconds, clock)
+        self.nodes: dict[str, dict] = {}
+        self._node_signatures: dict[str, tuple] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self._uid_by_name: dict[tuple[str, str], str] = {}
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.gang_index: dict[str, dict[str, PodRecord]] = {}
+        """Gang key -> uid -> record of every known member (for consistency checks and preemption)."""
+        self.generation = 0
+        """Bumped on every topology rebuild."""
+
+    # ----- relist ------------------------------------------------------------------------------
+    def replace_all(self, nodes: list[dict], pods: list[dict], objects: list[dict]) -> None:
+        """Replace everything with a fresh list (start-up or relist after 410); keeps reservations."""
+        with self.lock:
+            self.nodes = {_meta(n)[1]: n for n in nodes}
+            self._node_signatures = {name: self._signature(n) for name, n in self.nodes.items()}
+            self.objects = {}
+            for obj in objects:
+                self.objects[self._object_key(obj)] = obj
+            self.pods, self._uid_by_name, self.gang_index = {}, {}, {}
+            for pod in pods:
+                self._index(self._record(pod))
+            self._rebuild_topology()
+            self._release_vanished_slots()
+            self.rebuild_from_bound_pods()
+
+    def _release_vanished_slots(self) -> None:
+        for key, entry in list(self.ledger.entries.items()):
+            namespace = key.partition("/")[0]
+            for slot in list(entry.slots.values()):
+                if slot.state == "bound" and (namespace, slot.pod) not in self._uid_by_name:
+                    self.ledger.release_slot(key, slot.index)
+
+    # ----- nodes -------------------------------------------------------------------------------
+    def _signature(self, node: dict) -> tuple:
+        try:
+            record = node_record_from_k8s(node, self.tolerations, self.config.gpu_resources)
+        except TopologyError as exc:
+            return ("invalid", str(exc))
+        return (record.gpus_total, tuple(sorted(record.labels.items())), record.schedulable,
+                record.unschedulable_reason)
+
+    def upsert_node(self, node: dict) -> None:
+        """Add or update a node: label/GPU changes rebuild the topology, readiness just flips it."""
+        name = _meta(node)[1]
+        with self.lock:
+            old = self._node_signatures.get(name)
+            new = self._signature(node)
+            self.nodes[name] = node
+            self._node_signatures[name] = new
+            if old == new:
+                return
+            topo_node = self.topology.node_by_name.get(name)
+            if old is not None and topo_node is not None and old[:2] == new[:2] and new[0] != "invalid":
+                self.topology.set_schedulable(name, new[2], new[3])
+                return
+            self._rebuild_topology()
+
+    def delete_node(self, name: str) -> None:
+        """Forget a node; reservations on it are dropped (their gangs get placed again)."""
+        with self.lock:
+            if self.nodes.pop(name, None) is not None:
+                self._node_signatures.pop(name, None)
+                self._rebuild_topology()
+
+    def _rebuild_topology(self) -> None:
+        objects: list[dict] = [{**n, "kind": "Node", "apiVersion": "v1"} for n in self.nodes.values()]
+        objects += [o for o in self.objects.values() if is_topology_object(o) or is_hypernode(o)]
+        try:
+            topo = topology_from_objects(objects, self.config, self.tolerations) if self.nodes else empty_topology()
+        except TopologyError as exc:
+            topo = empty_topology()
+            topo.warnings.append(str(exc))
+        for record in self.pods.values():
+            self._hold(topo, record)
+        self.topology = topo
+        self.ledger.attach(topo)
+        self.generation += 1
+
+    # ----- pods --------------------------------------------------------------------------------
+    def _record(self, pod: dict) -> PodRecord:
+        namespace, name = _meta(pod)
+        uid = str((pod.get("metadata") or {}).get("uid") or f"{namespace}/{name}")
+        try:
+            gpus = pod_gpu_request(pod, self.config.gpu_resources)
+        except TopologyError:
+            gpus = 0
+        member, error = None, None
+        try:
+            member = identify(pod, self.get_object)
+        except (JobSpecError, TopologyError, ValueError) as exc:
+            error = str(exc)
+        phase = str((pod.get("status") or {}).get("phase") or "Pending")
+        return PodRecord(uid, namespace, name, gpus, pod_holds_node(pod), phase, member, error)
+
+    def _hold(self, topo: ClusterTopology, record: PodRecord) -> None:
+        key = pod_holding_key(record.namespace, record.name)
+        topo.remove_pod(key)
+        if record.node and record.gpus > 0 and record.node in topo.node_by_name:
+            topo.add_pod(key, record.node, record.gpus)
+
+    def upsert_pod(self, pod: dict) -> PodRecord:
+        """Add or update a pod: bound pods hold GPUs, finished ones release, gang slots follow."""
+        record = self._record(pod)
+        with self.lock:
+            old_uid = self._uid_by_name.get((record.namespace, record.name))
+            if old_uid is not None and old_uid != record.uid:
+                self._forget(self.pods[old_uid])
+            self._index(record)
+            self._hold(self.topology, record)
+            self._follow_gang(record)
+        return record
+
+    def observe_pending_pod(self, pod: dict) -> PodRecord:
+        """Note a pod seen in a scheduling request, unless the state already knows it bound."""
+        namespace, name = _meta(pod)
+        with self.lock:
+            known = self.pod(namespace, name)
+            if known is not None and known.node and not (pod.get("spec") or {}).get("nodeName"):
+                return known
+            return self.upsert_pod(pod)
+
+    def _index(self, record: PodRecord) -> None:
+        old = self.pods.get(record.uid)
+        if old is not None and old.member is not None:
+            self.gang_index.get(old.member.gang_key, {}).pop(old.uid, None)
+        self.pods[record.uid] = record
+        self._uid_by_name[(record.namespace, record.name)] = record.uid
+        if record.member is not None:
+            self.gang_index.setdefault(record.member.gang_key, {})[record.uid] = record
+
+    def _unindex(self, record: PodRecord) -> None:
+        self.pods.pop(record.uid, None)
+        if self._uid_by_name.get((record.namespace, record.name)) == record.uid:
+            del self._uid_by_name[(record.namespace, record.name)]
+        if record.member is not None:
+            members = self.gang_index.get(record.member.gang_key, {})
+            members.pop(record.uid, None)
+            if not members:
+                self.gang_index.pop(record.member.gang_key, None)
+
+    def _follow_gang(self, record: PodRecord) -> None:
+        member = record.member
+        if member is None:
+            return
+        if record.phase in FINISHED_PHASES:
+            self.ledger.release_slot(member.gang_key, member.index)
+        elif record.node:
+            self.ledger.mark_bound(member.gang_key, member.index, record.name, record.node)
+        else:
+            self.ledger.note_pod(member.gang_key, member.index, record.name)
+
+    def _forget(self, record: PodRecord) -> None:
+        self._unindex(record)
+        self.topology.remove_pod(pod_holding_key(record.namespace, record.name))
+        if record.member is not None:
+            entry = self.ledger.get(record.member.gang_key)
+            slot = entry.slots.get(record.member.index) if entry else None
+            if slot is not None and slot.pod in (None, record.name):
+                self.ledger.release_slot(record.member.gang_key, record.member.index)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Forget a pod: its GPUs are released, and so is its gang slot."""
+        with self.lock:
+            uid = self._uid_by_name.get((namespace, name))
+            if uid is not None:
+                self._forget(self.pods[uid])
+
+    def record_binding(self, namespace: str, name: str, node: str) -> None:
+        """A bind succeeded: the pod now holds its GPUs on `node` (before the watch reports it)."""
+        with self.lock:
+            uid = self._uid_by_name.get((namespace, name))
+            if uid is None:
+                return
+            record = self.pods[uid]
+            record.node = node
+            self._hold(self.topology, record)
+            self._follow_gang(record)
+
+    def pod(self, namespace: str, name: str) -> PodRecord | None:
+        """The record of one pod by name, or None."""
+        with self.lock:
+            uid = self._uid_by_name.get((namespace, name))
+            return self.pods.get(uid) if uid is not None else None
+
+    def pod_by_uid(self, uid: str) -> PodRecord | None:
+        """The record of one pod by uid, or None."""
+        return self.pods.get(uid)
+
+    def gang_members(self, gang_key: str) -> list[PodRecord]:
+        """Every known pod of one gang."""
+        with self.lock:
+            return list(self.gang_index.get(gang_key, {}).values())
+
+    def unassume(self, namespace: str, name: str) -> None:
+        """Undo `record_binding` after a failed bind: the pod holds nothing again."""
+        with self.lock:
+            record = self.pod(namespace, name)
+            if record is not None:
+                record.node = None
+                self._hold(self.topology, record)
+
+    # ----- gang objects ------------------------------------------------------------------------
+    @staticmethod
+    def _object_key(obj: dict) -> tuple[str, str, str]:
+        namespace, name = _meta(obj)
+        return str(obj.get("kind") or ""), namespace, name
+
+    def upsert_object(self, obj: dict) -> None:
+        """Add or update a gang object (or a Kueue Topology / Volcano HyperNode, which rebuilds)."""
+        with self.lock:
+            self.objects[self._object_key(obj)] = obj
+            if is_topology_object(obj) or is_hypernode(obj):
+                self._rebuild_topology()
+
+    def delete_object(self, kind: str, namespace: str, name: str) -> None:
+        """Forget a gang object."""
+        with self.lock:
+            obj = self.objects.pop((kind, namespace or "default", name), None)
+            if obj is not None and (is_topology_object(obj) or is_hypernode(obj)):
+                self._rebuild_topology()
+
+    def get_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        """The cached object, or None; this is the `lookup` given to gang sources."""
+        with self.lock:
+            return self.objects.get((kind, namespace or "default", name))
+
+    # ----- restart ----------------------------------------------------------------------------
+    def rebuild_from_bound_pods(self, policy: str | None = None) -> list[str]:
+        """Record gangs found (partly) bound so a restart never double-books; reserve their missing pods.
+
+        Returns the gang keys rebuilt.  With `policy`, the missing members of partly bound gangs
+        are reserved near the bound ones; otherwise they are reserved at their first filter.
+        """
+        from scheduler.reserve_ops import reserve_remaining
+
+        rebuilt: set[str] = set()
+        with self.lock:
+            for record in self.pods.values():
+                member = record.member
+                if member is None or not record.node or record.phase in FINISHED_PHASES:
+                    continue
+                entry = self.ledger.get(member.gang_key)
+                slot = entry.slots.get(member.index) if entry else None
+                if slot is not None and slot.state == "bound":
+                    continue
+                if entry is not None and entry.placement is not None and slot is not None:
+                    self.ledger.mark_bound(member.gang_key, member.index, record.name, record.node)
+                    continue
+                self.ledger.record_bound(gang_from_membership(member), member.index, record.name, record.node)
+                rebuilt.add(member.gang_key)
+            if policy is not None:
+                for key in sorted(rebuilt):
+                    entry = self.ledger.get(key)
+                    if entry is not None and entry.missing_indices():
+                        reserve_remaining(self.ledger, entry, self.topology, policy)
+        return sorted(rebuilt)
+
+
+def topology_from_objects(objects: list[dict], config: Any, tolerations: Iterable[Any]) -> ClusterTopology:
+    """Indirection to `topology.loaders.topology_from_objects` (imported on first use)."""
+    from topology.loaders import topology_from_objects as build
+
+    return build(objects, config, tolerations)

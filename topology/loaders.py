@@ -208,7 +208,8 @@ def topology_from_objects(
     explicit = _explicit_levels(cfg, groups["Topology"], groups["HyperNode"], labels_by_node, warnings)
     scheme, levels = explicit if explicit else detect_levels([rec.labels for rec in records])
     if not levels:
-        warnings.append("no topology labels found: every node is its own top-level domain")
+        warnings.append("no topology level above the host: every node is its own top-level domain"
+                        if explicit else "no topology labels found: every node is its own top-level domain")
     profile = cfg.profile or detect_profile([rec.labels for rec in records], scheme)
     specs = [LevelSpec(lv.name, lv.keys, cfg.link_for(profile, lv.name, lv.role), lv.role) for lv in levels]
     topo = build_topology(records, specs, cfg.link_for(profile, "host", "host"),

@@ -1,0 +1,1 @@
+"""Generated gRPC stubs for meshfit.v1 (see placement.proto)."""

@@ -75,7 +75,7 @@ class JobRequest(msgspec.Struct):
 class EvictRequest(msgspec.Struct):
     """`{"evictor", "evictees"}` for preemptable and reclaimable."""
 
-    evictor: msgspec.Raw | None = None
+    evictor: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
     evictees: list[msgspec.Raw] | None = None
 
 

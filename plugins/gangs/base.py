@@ -1,0 +1,289 @@
+"""What every gang source shares: `GangMembership`, the `GangSource` protocol, and `resolve_membership`.
+
+A source only answers "which gang, which index, how big (if the owning object says)"; the shared
+`resolve_membership` fills in the rest the same way for every source: GPUs per pod (kube's
+init-container max rule), parallelism / rank order / model / topology constraint from the pod's
+own annotations (inherited from its template) with the owning job object filling keys the pod
+lacks, and the gang size from the owner, else a PodGroup's `minMember`, else the world size in
+the parallelism annotation divided by the pod's GPUs.  Every inconsistency is one `JobSpecError`
+line naming the pod.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol
+
+from scheduler.jobs import (
+    ANNOTATION_MODEL, ANNOTATION_PARALLELISM, ANNOTATION_PREFERRED_LEVEL, ANNOTATION_RANK_ORDER,
+    ANNOTATION_REQUIRED_LEVEL, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, JobSpecError,
+    ModelShape, Parallelism, TopologyConstraint, _parse_kv,
+)
+from scheduler.manifest_kinds import READERS
+from scheduler.manifests import KNOWN_KEYS, merged_annotations
+from topology.k8s import pod_gpu_request
+from topology.model import TopologyError
+
+Lookup = Callable[[str, str, str], "dict | None"]
+"""`lookup(kind, namespace, name)` -> the cached object (plain k8s JSON dict) or None."""
+
+LABEL_GANG = "meshfit.io/gang"
+ANNOTATION_POD_INDEX = "meshfit.io/pod-index"
+ANNOTATION_GANG_SIZE = "meshfit.io/gang-size"
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+@dataclass(frozen=True)
+class GangMembership:
+    """A pod's place in its gang: which gang, its index (rank block), the gang size and job settings."""
+
+    gang_key: str
+    index: int
+    size: int
+    source: str
+    parallelism: Parallelism | None = None
+    rank_order: str | None = None
+    model: ModelShape | None = None
+    constraint: TopologyConstraint = field(default_factory=TopologyConstraint)
+    gpus_per_pod: int = 0
+
+
+class NotAGangMember(Exception):
+    """Raised by a source that owns the pod but knows it is outside the gang (e.g. a TrainJob initializer)."""
+
+
+class GangSource(Protocol):
+    """One way of recognising gang members (Volcano, coscheduling, Kueue, JobSet, Kubeflow, Job...)."""
+
+    name: str
+
+    def identify(self, pod: dict, lookup: Lookup) -> GangMembership | None:
+        """The pod's membership, None when this source does not own the pod; JobSpecError if inconsistent."""
+        ...
+
+
+# ----- small readers over plain pod dicts ---------------------------------------------------------
+def metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """`obj.metadata` as a mapping (empty when missing or malformed)."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """`metadata.labels` (empty when missing)."""
+    value = metadata(obj).get("labels")
+    return value if isinstance(value, Mapping) else {}
+
+
+def annotations(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """`metadata.annotations` (empty when missing)."""
+    value = metadata(obj).get("annotations")
+    return value if isinstance(value, Mapping) else {}
+
+
+def namespace_of(obj: Mapping[str, Any] | None) -> str:
+    """`metadata.namespace`, "default" when unset."""
+    return str(metadata(obj).get("namespace") or "default")
+
+
+def pod_label(pod: dict) -> str:
+    """`pod ns/name` for error messages."""
+    return f"pod {namespace_of(pod)}/{metadata(pod).get('name') or '?'}"
+
+
+def label_or_annotation(obj: Mapping[str, Any], key: str) -> str | None:
+    """A value set as a label or, failing that, as an annotation (None when absent or empty)."""
+    value = labels(obj).get(key)
+    if value in (None, ""):
+        value = annotations(obj).get(key)
+    return None if value in (None, "") else str(value)
+
+
+def parse_count(raw: Any, what: str, minimum: int = 0) -> int:
+    """An integer >= `minimum` from a label/annotation/spec value; JobSpecError naming `what` otherwise."""
+    if isinstance(raw, bool):
+        raise JobSpecError(f"{what} must be an integer, got {raw!r}")
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise JobSpecError(f"{what} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise JobSpecError(f"{what} must be >= {minimum}, got {raw!r}")
+    return value
+
+
+def optional_count(obj: Mapping[str, Any], key: str, where: str, minimum: int = 0) -> int | None:
+    """`parse_count` of a label/annotation `key` on `obj`, None when absent."""
+    raw = label_or_annotation(obj, key)
+    return None if raw is None else parse_count(raw, f"{where}: {key}", minimum)
+
+
+def owner_name(pod: dict, kind: str, group: str | None = None) -> str | None:
+    """Name of the pod's ownerReference of `kind` (and API group when given), None if absent."""
+    for ref in metadata(pod).get("ownerReferences") or ():
+        if not isinstance(ref, Mapping) or ref.get("kind") != kind:
+            continue
+        if group is not None and api_group(ref.get("apiVersion")) != group:
+            continue
+        return str(ref.get("name") or "") or None
+    return None
+
+
+def api_group(api_version: Any) -> str:
+    """API group of an apiVersion string ("" for core / batch-less versions)."""
+    text = str(api_version or "")
+    return text.rpartition("/")[0] if "/" in text else ""
+
+
+def lookup_kind(lookup: Lookup, kind: str, group: str, namespace: str, name: str | None) -> dict | None:
+    """The cached object of kind `kind` in API `group`; an object of another group with that kind is ignored."""
+    if not name:
+        return None
+    obj = lookup(kind, namespace, name)
+    if not isinstance(obj, dict):
+        return None
+    if obj.get("apiVersion") and api_group(obj.get("apiVersion")) != group:
+        return None
+    return obj
+
+
+def pod_gpus(pod: dict) -> int:
+    """GPUs the pod holds (kube's max(app + sidecars, each init step) rule); JobSpecError if malformed."""
+    try:
+        return pod_gpu_request(pod)
+    except TopologyError as exc:
+        raise JobSpecError(str(exc)) from None
+
+
+# ----- job settings: pod annotations first, the owner object fills the gaps --------------------------
+def owner_settings(owner: Mapping[str, Any] | None) -> tuple[dict[str, str], str | None, str | None]:
+    """Known annotations of a job object (metadata + templates) and any spec-level required/preferred level."""
+    if not isinstance(owner, Mapping):
+        return {}, None, None
+    kind, group = owner.get("kind"), api_group(owner.get("apiVersion"))
+    sources: list[tuple[str, Mapping[str, Any]]] = [("metadata", annotations(owner))]
+    required = preferred = None
+    reader = READERS.get((group, kind))
+    if reader is not None and isinstance(owner.get("spec"), Mapping):
+        try:
+            job = reader(str(metadata(owner).get("name") or ""), owner["spec"])
+        except JobSpecError:
+            job = None
+        if job is not None:
+            sources.extend(job.annotation_sources)
+            required, preferred = job.required_level, job.preferred_level
+    try:
+        merged = merged_annotations(sources)
+    except JobSpecError as exc:
+        raise JobSpecError(f"{kind} {namespace_of(owner)}/{metadata(owner).get('name')}: {exc}") from None
+    return merged, required, preferred
+
+
+def job_settings(pod: dict, owner: Mapping[str, Any] | None) -> tuple[dict[str, str], str | None, str | None]:
+    """meshfit/Kueue annotation values for the pod: its own first, the owner's for keys it lacks."""
+    own = {key: str(annotations(pod)[key]).strip() for key in KNOWN_KEYS if annotations(pod).get(key) not in (None, "")}
+    inherited, required, preferred = owner_settings(owner)
+    return {**inherited, **own}, required, preferred
+
+
+def _pick_level(where: str, kind: str, *candidates: tuple[str, str | None]) -> str | None:
+    values = {(src, v) for src, v in candidates if v}
+    distinct = {v for _, v in values}
+    if len(distinct) > 1:
+        listing = ", ".join(f"{src}={v!r}" for src, v in sorted(values))
+        raise JobSpecError(f"{where}: conflicting {kind} topology levels: {listing}")
+    return distinct.pop() if distinct else None
+
+
+def constraint_from(settings: Mapping[str, str], where: str, required: str | None = None,
+                    preferred: str | None = None) -> TopologyConstraint:
+    """Required / preferred level from meshfit, Kueue and (spec-level) Volcano settings; conflicts are errors."""
+    req = _pick_level(where, "required", (ANNOTATION_REQUIRED_LEVEL, settings.get(ANNOTATION_REQUIRED_LEVEL)),
+                      (KUEUE_REQUIRED_TOPOLOGY, settings.get(KUEUE_REQUIRED_TOPOLOGY)),
+                      ("spec.networkTopology", required))
+    pref = _pick_level(where, "preferred", (ANNOTATION_PREFERRED_LEVEL, settings.get(ANNOTATION_PREFERRED_LEVEL)),
+                       (KUEUE_PREFERRED_TOPOLOGY, settings.get(KUEUE_PREFERRED_TOPOLOGY)),
+                       ("spec.networkTopology", preferred))
+    return TopologyConstraint(required_level=req, preferred_level=None if req else pref)
+
+
+def podgroup_size(pod: dict, lookup: Lookup) -> int | None:
+    """`spec.minMember` of the Volcano or coscheduling PodGroup the pod names, None when unknown."""
+    namespace = namespace_of(pod)
+    for group_name, group in ((annotations(pod).get(VOLCANO_GROUP_ANNOTATION), "scheduling.volcano.sh"),
+                              (labels(pod).get(COSCHEDULING_LABEL), "scheduling.x-k8s.io")):
+        podgroup = lookup_kind(lookup, "PodGroup", group, namespace, str(group_name) if group_name else None)
+        spec = podgroup.get("spec") if podgroup else None
+        if isinstance(spec, Mapping) and spec.get("minMember") is not None:
+            return parse_count(spec["minMember"], f"PodGroup {namespace}/{group_name} spec.minMember", 1)
+    return None
+
+
+def _size_from_parallelism(text: str | None, gpus: int, where: str) -> int:
+    if not text or gpus < 1:
+        raise JobSpecError(f"{where}: cannot tell the gang size: the owning object is not available; set "
+                           f"{ANNOTATION_GANG_SIZE} or {ANNOTATION_PARALLELISM} (with dp) and a GPU request")
+    if "dp" not in _parse_kv(text, ANNOTATION_PARALLELISM):
+        raise JobSpecError(f"{where}: cannot tell the gang size: {ANNOTATION_PARALLELISM} {text!r} leaves out dp "
+                           "and the owning object is not available")
+    world = Parallelism.parse(text).world_size
+    if world % gpus:
+        raise JobSpecError(f"{where}: {ANNOTATION_PARALLELISM} world size {world} is not a multiple of the "
+                           f"pod's {gpus} GPUs")
+    return world // gpus
+
+
+def _parallelism(text: str | None, size: int, gpus: int, where: str) -> Parallelism | None:
+    if not text:
+        return None
+    par = Parallelism.parse(text)
+    if "dp" not in _parse_kv(text, ANNOTATION_PARALLELISM) and gpus > 0:
+        inner, world = par.world_size, size * gpus
+        if world % inner:
+            raise JobSpecError(f"{where}: tp*cp*ep*pp = {inner} does not divide the gang's {size} pods x "
+                               f"{gpus} GPUs = {world}, so dp cannot be inferred")
+        par = Parallelism(par.tp, par.cp, par.ep, par.pp, world // inner)
+    if gpus > 0 and par.world_size != size * gpus:
+        raise JobSpecError(f"{where}: tp*cp*ep*pp*dp = {par.world_size} ({par}) but the gang has {size} pods x "
+                           f"{gpus} GPUs = {size * gpus}")
+    return par
+
+
+def size_without_owner(pod: dict, lookup: Lookup, owner: Mapping[str, Any] | None = None) -> int:
+    """Gang size when the owner does not say: `meshfit.io/gang-size`, a PodGroup's minMember, or world / GPUs."""
+    where = pod_label(pod)
+    size = optional_count(pod, ANNOTATION_GANG_SIZE, where, 1) or podgroup_size(pod, lookup)
+    if size is None:
+        settings = job_settings(pod, owner)[0]
+        size = _size_from_parallelism(settings.get(ANNOTATION_PARALLELISM), pod_gpus(pod), where)
+    return size
+
+
+def resolve_membership(pod: dict, lookup: Lookup, *, source: str, gang_name: str, index: int,
+                       size: int | None = None, owner: Mapping[str, Any] | None = None) -> GangMembership:
+    """Complete a source's answer (gang, index, maybe size) into a checked `GangMembership`."""
+    where = pod_label(pod)
+    gpus = pod_gpus(pod)
+    settings, required, preferred = job_settings(pod, owner)
+    if size is None:
+        size = size_without_owner(pod, lookup, owner)
+    if size < 1:
+        raise JobSpecError(f"{where}: gang {gang_name} has size {size}")
+    if not 0 <= index < size:
+        raise JobSpecError(f"{where}: pod index {index} is outside gang {namespace_of(pod)}/{gang_name} of {size} pods")
+    model_text = settings.get(ANNOTATION_MODEL)
+    order = settings.get(ANNOTATION_RANK_ORDER)
+    return GangMembership(
+        gang_key=f"{namespace_of(pod)}/{gang_name}", index=index, size=size, source=source,
+        parallelism=_parallelism(settings.get(ANNOTATION_PARALLELISM), size, gpus, where),
+        rank_order=order.strip().lower() if order else None,
+        model=ModelShape.parse(model_text) if model_text else None,
+        constraint=constraint_from(settings, where, required, preferred),
+        gpus_per_pod=gpus)
+
+
+def explicit_index(pod: dict, where: str) -> int | None:
+    """`meshfit.io/pod-index` when the user set it (it overrides what a source would derive)."""
+    return optional_count(pod, ANNOTATION_POD_INDEX, where)

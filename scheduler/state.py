@@ -44,6 +44,8 @@ class PodRecord:
     phase: str
     member: Any = None
     member_error: str | None = None
+    fingerprint: tuple = ()
+    """What identification depended on; an unchanged fingerprint skips identifying again."""
 
     @property
     def key(self) -> str:
@@ -77,6 +79,7 @@ class ClusterState:
         self.pods: dict[str, PodRecord] = {}
         self._uid_by_name: dict[tuple[str, str], str] = {}
         self.objects: dict[tuple[str, str, str], dict] = {}
+        self._objects_epoch = 0
         self.gang_index: dict[str, dict[str, PodRecord]] = {}
         """Gang key -> uid -> record of every known member (for consistency checks and preemption)."""
         self.generation = 0
@@ -89,6 +92,7 @@ class ClusterState:
             self.nodes = {_meta(n)[1]: n for n in nodes}
             self._node_signatures = {name: self._signature(n) for name, n in self.nodes.items()}
             self.objects = {}
+            self._objects_epoch += 1
             for obj in objects:
                 self.objects[self._object_key(obj)] = obj
             self.pods, self._uid_by_name, self.gang_index = {}, {}, {}
@@ -152,9 +156,23 @@ class ClusterState:
         self.generation += 1
 
     # ----- pods --------------------------------------------------------------------------------
+    def _fingerprint(self, pod: dict, uid: str) -> tuple:
+        meta = pod.get("metadata") or {}
+        version = meta.get("resourceVersion")
+        if version:
+            return (uid, self._objects_epoch, version)
+        return (uid, self._objects_epoch, meta.get("labels"), meta.get("annotations"),
+                meta.get("ownerReferences"), (pod.get("spec") or {}).get("containers"))
+
     def _record(self, pod: dict) -> PodRecord:
         namespace, name = _meta(pod)
         uid = str((pod.get("metadata") or {}).get("uid") or f"{namespace}/{name}")
+        phase = str((pod.get("status") or {}).get("phase") or "Pending")
+        fingerprint = self._fingerprint(pod, uid)
+        known = self.pods.get(uid)
+        if known is not None and known.fingerprint == fingerprint:
+            return PodRecord(uid, namespace, name, known.gpus, pod_holds_node(pod), phase, known.member,
+                             known.member_error, fingerprint)
         try:
             gpus = pod_gpu_request(pod, self.config.gpu_resources)
         except TopologyError:
@@ -164,8 +182,7 @@ class ClusterState:
             member = identify(pod, self.get_object)
         except (JobSpecError, TopologyError, ValueError) as exc:
             error = str(exc)
-        phase = str((pod.get("status") or {}).get("phase") or "Pending")
-        return PodRecord(uid, namespace, name, gpus, pod_holds_node(pod), phase, member, error)
+        return PodRecord(uid, namespace, name, gpus, pod_holds_node(pod), phase, member, error, fingerprint)
 
     def _hold(self, topo: ClusterTopology, record: PodRecord) -> None:
         key = pod_holding_key(record.namespace, record.name)
@@ -284,6 +301,7 @@ class ClusterState:
         """Add or update a gang object (or a Kueue Topology / Volcano HyperNode, which rebuilds)."""
         with self.lock:
             self.objects[self._object_key(obj)] = obj
+            self._objects_epoch += 1
             if is_topology_object(obj) or is_hypernode(obj):
                 self._rebuild_topology()
 
@@ -291,6 +309,7 @@ class ClusterState:
         """Forget a gang object."""
         with self.lock:
             obj = self.objects.pop((kind, namespace or "default", name), None)
+            self._objects_epoch += 1
             if obj is not None and (is_topology_object(obj) or is_hypernode(obj)):
                 self._rebuild_topology()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from pathlib import Path
 from typing import Any, Optional
@@ -98,6 +99,8 @@ def register(app: typer.Typer) -> None:
             scheduler, metrics = build_scheduler(state, binder, policy)
         except (ValueError, OSError, ImportError) as exc:
             fail(str(exc))
+        gc.collect()
+        gc.freeze()  # the loaded cluster is long-lived: keep it out of every later GC pass
         grpc_server = _start_grpc(scheduler, grpc_port, host) if grpc_port else None
         ready = (lambda: True) if cluster is not None else (lambda: state.generation > 0)
         try:

@@ -7,10 +7,10 @@ the rank assignment as annotations, which `meshfit launch` reads through the dow
 
 from __future__ import annotations
 
-import json
 from typing import Protocol
 
-from scheduler.jobs import parse_rank_order
+from scheduler.handoff import DEFAULT_MASTER_PORT, PodAssignment
+from scheduler.jobs import AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, parse_rank_order
 from scheduler.layout import rank_to_coords
 from scheduler.reservations import Reservation
 
@@ -30,22 +30,16 @@ class Binder(Protocol):
 
 
 def gang_annotations(entry: Reservation, index: int) -> dict[str, str]:
-    """Annotations for pod `index` of a reserved gang: its ranks, coordinates and the gang's layout."""
+    """Annotations for pod `index` of a reserved gang (`scheduler.handoff` format; master = pod 0's node)."""
     gang = entry.gang
     order_text = entry.placement.rank_order if entry.placement is not None else gang.rank_order
-    if order_text == "auto":
-        order_text = "tp-cp-ep-dp-pp"
+    if order_text == AUTO_RANK_ORDER:
+        order_text = DEFAULT_RANK_ORDER
     order = parse_rank_order(order_text)
-    ranks = list(gang.pod_ranks(index))
-    coords = [rank_to_coords(rank, gang.parallelism, order) for rank in ranks]
-    master = entry.node_of(0) or ""
-    return {
-        "meshfit.io/gang": gang.key,
-        "meshfit.io/pod-index": str(index),
-        "meshfit.io/ranks": ",".join(str(r) for r in ranks),
-        "meshfit.io/coords": json.dumps(coords, separators=(",", ":")),
-        "meshfit.io/rank-order": order_text,
-        "meshfit.io/world-size": str(gang.world_size),
-        "meshfit.io/master-addr": master,
-        "meshfit.io/parallelism": str(gang.parallelism),
-    }
+    ranks = tuple(gang.pod_ranks(index))
+    assignment = PodAssignment(
+        gang=gang.key, pod_index=index, ranks=ranks,
+        coords=tuple(rank_to_coords(rank, gang.parallelism, order) for rank in ranks),
+        rank_order=order_text, world_size=gang.world_size, master_addr=entry.node_of(0) or "",
+        master_port=DEFAULT_MASTER_PORT, parallelism=gang.parallelism)
+    return assignment.to_annotations()

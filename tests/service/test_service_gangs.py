@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from scheduler.handoff import parse_assignment
+
 from tests.service.helpers import filter_nodes, gang_pod, make_node, make_pod, make_service
 
 
@@ -34,6 +36,9 @@ def test_every_member_binds_to_its_reserved_node_with_rank_annotations():
     assert json.loads(binding.annotations["meshfit.io/coords"])[0] == {"tp": 0, "cp": 0, "ep": 0, "dp": 1, "pp": 0}
     assert service.state.topology.gpus_free == 32
     service.state.topology.check_invariants()
+    for record in service.binder.bindings.values():
+        assignment = parse_assignment(record.annotations)
+        assert assignment.master_addr == service.binder.bindings[("default", "train-0")].node
 
 
 def test_gang_that_does_not_fit_fails_every_node_with_the_gang_and_shortfall():

@@ -10,7 +10,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.membership import gang_from_membership
+from scheduler.membership import gang_from_membership, identify
 from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_service
 
 GANGS = st.lists(st.tuples(st.integers(1, 4), st.sampled_from([2, 4, 8])), min_size=1, max_size=7)
@@ -76,7 +76,7 @@ def test_every_gang_binds_whole_or_not_at_all(gangs, seed):
         bound = [k for k in service.binder.bindings if k[1].startswith(f"g{i}-")]
         assert len(bound) in (0, size), (i, bound)
         if not bound:
-            member = service.state.pod("default", f"g{i}-0").member
+            member = identify(gang_pod(f"g{i}", 0, size, gangs[i][1]))
             dry = service.scheduler.place(gang_from_membership(member))
             assert not dry.placed, f"g{i} fits now but was left unplaced"
     assert all(r["status"] == "bound" for r in service.client.get("/reservations").json())

@@ -34,6 +34,11 @@ class MemoryBinder:
                 raise BindConflict(f"pod {namespace}/{name} is already bound to {old.node}")
             self.bindings[(namespace, name)] = BindingRecord(namespace, name, uid, node, dict(annotations))
 
+    def snapshot(self) -> list[BindingRecord]:
+        """Every binding, copied under the lock (safe while other threads bind)."""
+        with self._lock:
+            return list(self.bindings.values())
+
     def unbind(self, namespace: str, name: str) -> None:
         """Forget a binding (the pod was deleted)."""
         with self._lock:

@@ -27,10 +27,10 @@ def _decode(decoder: msgspec.json.Decoder, body: bytes) -> tuple[object | None, 
         return None, _bad(f"malformed request body: {exc}")
 
 
-def _node_names(args: wire.ExtenderArgs) -> tuple[list[str], bool]:
+def _node_names(args: wire.ExtenderArgs) -> tuple[list[str] | wire.OfferedNames, bool]:
     """(node names, nodeCacheCapable) of a filter/prioritize request."""
-    if args.NodeNames is not None:
-        return list(args.NodeNames), True
+    if bytes(args.NodeNames).strip() != b"null":
+        return wire.OfferedNames(args.NodeNames), True
     items = args.Nodes.items if args.Nodes is not None and args.Nodes.items is not None else []
     return [item.metadata.name for item in items], False
 
@@ -39,7 +39,7 @@ def _args(body: bytes) -> tuple[wire.ExtenderArgs | None, tuple[int, bytes] | No
     args, error = _decode(wire.DECODE_ARGS, body)
     if error is None and not isinstance(getattr(args, "Pod", None), dict):
         return None, _bad("malformed request body: Pod is missing")
-    if error is None and args.Nodes is None and args.NodeNames is None:
+    if error is None and args.Nodes is None and bytes(args.NodeNames).strip() == b"null":
         return None, _bad("malformed request body: neither Nodes nor NodeNames is set")
     return args, error
 
@@ -50,7 +50,10 @@ def handle_filter(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
     if error is not None:
         return error
     names, cache_capable = _node_names(args)
-    decision = scheduler.filter(args.Pod, names)
+    try:
+        decision = scheduler.filter(args.Pod, names)
+    except msgspec.ValidationError as exc:
+        return _bad(f"malformed request body: NodeNames: {exc}")
     result = wire.ExtenderFilterResult(FailedNodes=decision.failed, Error=decision.error)
     if decision.error:
         return 200, wire.ENCODER.encode(result)
@@ -67,7 +70,10 @@ def handle_prioritize(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes
     if error is not None:
         return error
     names, _ = _node_names(args)
-    scores = scheduler.prioritize(args.Pod, names)
+    try:
+        scores = scheduler.prioritize(args.Pod, names)
+    except msgspec.ValidationError as exc:
+        return _bad(f"malformed request body: NodeNames: {exc}")
     return 200, wire.ENCODER.encode([wire.HostPriority(host, int(score)) for host, score in scores])
 
 

@@ -30,11 +30,47 @@ class NodeList(msgspec.Struct):
 
 
 class ExtenderArgs(msgspec.Struct):
-    """Filter and prioritize request: `Nodes` (nodeCacheCapable=false) or `NodeNames` (true)."""
+    """Filter and prioritize request: `Nodes` (nodeCacheCapable=false) or `NodeNames` (true).
+
+    `NodeNames` stays raw JSON until needed: a reserved gang member only asks whether its one
+    node is offered, which `OfferedNames` answers by a byte search instead of decoding 5,000 names.
+    """
 
     Pod: dict | None = None
     Nodes: NodeList | None = None
-    NodeNames: list[str] | None = None
+    NodeNames: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
+
+
+_NAMES = msgspec.json.Decoder(list[str] | None)
+
+
+class OfferedNames:
+    """The `NodeNames` of a request, decoded on first iteration; `in` works on the raw bytes."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = bytes(raw)
+        self._names: list[str] | None = None
+
+    def names(self) -> list[str]:
+        """Every name (ValidationError if `NodeNames` is not a list of strings)."""
+        if self._names is None:
+            self._names = _NAMES.decode(self.raw) or []
+        return self._names
+
+    def __contains__(self, name: object) -> bool:
+        if self._names is not None or not isinstance(name, str) or '"' in name or "\\" in name:
+            return name in self.names()
+        needle = b'"' + name.encode() + b'"'
+        start = self.raw.find(needle)
+        while start > 0 and self.raw[start - 1:start] == b"\\":
+            start = self.raw.find(needle, start + 1)
+        return start >= 0
+
+    def __iter__(self):
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
 
 
 class ExtenderFilterResult(msgspec.Struct):

@@ -104,11 +104,12 @@ def test_invalid_parallelism_is_an_error_with_the_reason():
     ("filter", b'{"Pod": null, "Nodes": null, "NodeNames": ["a"]}'),
     ("filter", b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": null, "NodeNames": null}'),
     ("prioritize", b'[1, 2]'),
+    ("filter", b'{"Pod": {"metadata": {"name": "p"}}, "Nodes": null, "NodeNames": [1, 2]}'),
     ("bind", b'{"PodName": "p"}'),
     ("preempt", b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": "x"}}}'),
     ("volcano/predicate", b'{"task": {"Pod": null}, "node": {"Name": "n"}}'),
     ("volcano/jobEnqueueable", b'"job"'),
-], ids=["not-json", "no-pod", "no-nodes", "array", "bind-missing", "bad-victims", "volcano-no-pod",
+], ids=["not-json", "no-pod", "no-nodes", "array", "numeric-names", "bind-missing", "bad-victims", "volcano-no-pod",
         "volcano-string"])
 def test_malformed_bodies_are_400_with_a_reason(verb, body):
     service = make_service()

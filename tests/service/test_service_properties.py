@@ -25,7 +25,7 @@ def all_pods(gangs: list[tuple[int, int]]) -> list[dict]:
 def kube_view(service, pod: dict) -> list[str]:
     """Nodes kube-scheduler itself finds feasible: capacity minus bound pods (it knows no reservations)."""
     used = Counter()
-    for binding in service.binder.bindings.values():
+    for binding in service.binder.snapshot():
         used[binding.node] += service.state.pod(binding.namespace, binding.name).gpus
     gpus = int(pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
     return [n.name for n in service.state.topology.nodes if n.gpus_total - used[n.name] >= gpus]
@@ -58,7 +58,7 @@ def run_until_quiet(service, pods: list[dict], rng: random.Random, tick: float =
 def assert_never_overcommitted(service) -> None:
     """Bound GPUs fit every node, and the topology's books balance."""
     used = Counter()
-    for binding in service.binder.bindings.values():
+    for binding in service.binder.snapshot():
         used[binding.node] += service.state.pod(binding.namespace, binding.name).gpus
     for node in service.state.topology.nodes:
         assert used[node.name] <= node.gpus_total, node.name
@@ -90,7 +90,7 @@ def test_expired_reservations_are_released_and_nothing_overcommits(gangs, seed, 
     service.clock.advance(21.0)
     service.scheduler.sweep()
     assert_never_overcommitted(service)
-    bound_gpus = sum(service.state.pod(b.namespace, b.name).gpus for b in service.binder.bindings.values())
+    bound_gpus = sum(service.state.pod(b.namespace, b.name).gpus for b in service.binder.snapshot())
     assert service.state.topology.gpus_free == service.state.topology.gpus_total - bound_gpus
     assert all(r["status"] in ("bound", "partial") for r in service.client.get("/reservations").json())
 
@@ -105,8 +105,15 @@ def test_concurrent_filters_from_threads_never_overcommit_or_split_gangs(gangs, 
     for pod in pods:
         work.put((pod, 0))
     view_lock = threading.Lock()
+    crashes: list[BaseException] = []
 
     def worker() -> None:
+        try:
+            work_until_empty()
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the assert below
+            crashes.append(exc)
+
+    def work_until_empty() -> None:
         while True:
             try:
                 pod, attempts = work.get_nowait()
@@ -128,6 +135,7 @@ def test_concurrent_filters_from_threads_never_overcommit_or_split_gangs(gangs, 
     for thread in threads:
         thread.join(timeout=60)
     assert not any(t.is_alive() for t in threads), "deadlock"
+    assert not crashes, crashes
     assert_never_overcommitted(service)
     for i, (size, _) in enumerate(gangs):
         bound = [k for k in service.binder.bindings if k[1].startswith(f"g{i}-")]

@@ -1,0 +1,141 @@
+"""`meshfit simulate` (trace replay, policies side by side) and `meshfit plan` (candidate topologies).
+
+Both are thin: they parse options and hand over to `simulations.session`.  Bad input (unknown
+policy, unreadable trace, invalid cluster or candidate) exits 2 with a one-line error.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_json
+from simulations.config import Backfill, QueueOrder
+
+RUNTIME_HELP = "Runtime model: share of raw step time that is communication at the ideal placement."
+
+
+class PrintFormat(str, Enum):
+    """What `simulate` prints (its -o is the output directory, per DESIGN)."""
+
+    table = "table"
+    json = "json"
+
+
+def _settings(backfill: Backfill, queue: QueueOrder, comm_fraction: float, overlap: float, mtbf: float,
+              repair: float, checkpoint: float, restart: float, horizon: float | None) -> dict:
+    return {"backfill": backfill, "queue": queue, "comm_fraction": comm_fraction, "overlap": overlap,
+            "node_mtbf_hours": mtbf, "repair_hours": repair, "checkpoint_minutes": checkpoint,
+            "restart_minutes": restart, "horizon_hours": horizon}
+
+
+BackfillOption = typer.Option(Backfill.easy, "--backfill", help="easy (reserve the head), none, aggressive.")
+QueueOption = typer.Option(QueueOrder.fifo, "--queue", help="Queue order: fifo or priority.")
+CommOption = typer.Option(0.2, "--comm-fraction", help=RUNTIME_HELP)
+OverlapOption = typer.Option(0.5, "--overlap", help="Share of communication hidden behind compute.")
+MtbfOption = typer.Option(0.0, "--node-mtbf-hours", help="Mean time between failures per node (0 = none).")
+RepairOption = typer.Option(4.0, "--repair-hours", help="Mean node repair time.")
+CheckpointOption = typer.Option(30.0, "--checkpoint-minutes", help="Checkpoint interval while running.")
+RestartOption = typer.Option(5.0, "--restart-minutes", help="Cost of every restart after a failure.")
+HorizonOption = typer.Option(None, "--horizon-hours", help="Stop at this simulated time.")
+WorkersOption = typer.Option(None, "--workers", help="Local worker processes (default: one per CPU).")
+DaskOption = typer.Option(None, "--dask", help="Run on this Dask scheduler address instead of locally.")
+LoadOption = typer.Option(0.9, "--load", help="Synthetic: offered load as a share of the cluster's GPUs.")
+
+
+def simulate_command(
+    out_dir: Path = typer.Option(..., "-o", "--out", help="Output directory (summary.json, CSVs, PNGs)."),
+    cluster: Path | None = typer.Option(None, "--cluster", help="NodeList / List file of the cluster."),
+    preset: str | None = typer.Option(None, "--preset", help="Cluster preset instead of a file."),
+    nodes: int = typer.Option(64, "--nodes", help="Nodes of the preset cluster."),
+    link: list[str] = typer.Option([], "--link", help="Link override LEVEL.FIELD=VALUE (repeatable)."),
+    trace: Path | None = typer.Option(None, "--trace", help="Generic CSV, Gavel .trace, or a directory of them."),
+    synthetic: int | None = typer.Option(None, "--synthetic", help="Generate N synthetic LLM-era jobs."),
+    load: float = LoadOption,
+    arrival_scale: float = typer.Option(1.0, "--arrival-scale", help="Multiply submit times (< 1 = more load)."),
+    max_jobs: int | None = typer.Option(None, "--max-jobs", help="Use only the first N jobs."),
+    policy: list[str] = typer.Option(["meshfit"], "--policy", help="Placement policy (repeatable)."),
+    seed: list[int] = typer.Option([0], "--seed", help="Seed (repeatable: a sweep over seeds)."),
+    backfill: Backfill = BackfillOption, queue: QueueOrder = QueueOption,
+    comm_fraction: float = CommOption, overlap: float = OverlapOption,
+    node_mtbf_hours: float = MtbfOption, repair_hours: float = RepairOption,
+    checkpoint_minutes: float = CheckpointOption, restart_minutes: float = RestartOption,
+    horizon_hours: float | None = HorizonOption,
+    workers: int | None = WorkersOption, dask: str | None = DaskOption,
+    no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG plots."),
+    print_format: PrintFormat = typer.Option(PrintFormat.table, "--format", help="Printed output: table or json."),
+) -> None:
+    """Replay a trace on a modelled cluster under one or more policies; write summary.json, CSVs, plots."""
+    from simulations import session
+    from simulations.report import write_outputs
+    from simulations.runner import sweep_specs
+
+    try:
+        policies = session.check_policies(policy)
+        spec = session.cluster_spec(cluster, preset, nodes, session.parse_links(link))
+        gpus = session.build_cluster(spec, fast=False).gpus_total
+        workload = session.load_workload(trace, synthetic, gpus, seed[0], load, arrival_scale, max_jobs)
+        config = session.base_config(seed[0], **_settings(backfill, queue, comm_fraction, overlap, node_mtbf_hours,
+                                                          repair_hours, checkpoint_minutes, restart_minutes,
+                                                          horizon_hours))
+        specs = sweep_specs([spec], policies, list(dict.fromkeys(seed)), config)
+        show = print_format == PrintFormat.table and session.stdout_is_tty()
+        results, wall = session.execute(specs, workload, workers, dask, show)
+        meta = {"cluster": spec.label(), "gpus": gpus, "workload": workload.source, "jobs": len(workload.jobs),
+                "duration_method": workload.method, "notes": workload.notes, "config": _describe(config)}
+        document = write_outputs(out_dir, results, wall, meta, plots=not no_plots)
+    except (session.InputError, OSError) as exc:
+        fail(str(exc))
+    if print_format == PrintFormat.json:
+        print_json(document)
+        return
+    console.print(session.summary_table(document, f"{len(workload.jobs)} jobs on {spec.label()} ({gpus} GPUs)"))
+    console.print(f"{document['events']} events in {document['wall_seconds']:.2f} s "
+                  f"({document['events'] / max(document['wall_seconds'], 1e-9):,.0f} events/s); outputs in {out_dir}")
+
+
+def _describe(config: object) -> dict:
+    from dataclasses import asdict
+
+    return {k: (v.value if isinstance(v, Enum) else v) for k, v in asdict(config).items()}  # type: ignore[arg-type]
+
+
+def plan_command(
+    candidate: list[Path] = typer.Option(..., "--candidate", help="Candidate topology YAML (repeatable)."),
+    workload_file: Path | None = typer.Option(None, "--workload", help="Trace to replay on every candidate."),
+    synthetic: int | None = typer.Option(None, "--synthetic", help="Or N synthetic jobs (load vs the smallest)."),
+    load: float = LoadOption,
+    arrival_scale: float = typer.Option(1.0, "--arrival-scale", help="Multiply submit times."),
+    policy: str = typer.Option("meshfit", "--policy", help="Placement policy used on every candidate."),
+    seed: int = typer.Option(0, "--seed", help="Seed."),
+    backfill: Backfill = BackfillOption, queue: QueueOrder = QueueOption,
+    node_mtbf_hours: float = MtbfOption,
+    workers: int | None = WorkersOption, dask: str | None = DaskOption,
+    out: Path | None = typer.Option(None, "--out", help="Directory for plan.json and plots."),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Compare candidate topologies on the same workload; print them ranked (cost, else mean JCT)."""
+    from simulations import session
+    from simulations.planner import run_plan
+
+    try:
+        document = run_plan(candidate, workload_file, synthetic, load, arrival_scale, policy,
+                            session.base_config(seed, **_settings(backfill, queue, 0.2, 0.5, node_mtbf_hours,
+                                                                  4.0, 30.0, 5.0, None)),
+                            workers, dask, out, show_progress=output == OutputFormat.table and session.stdout_is_tty())
+    except (session.InputError, OSError) as exc:
+        fail(str(exc))
+    if output == OutputFormat.json:
+        print_json(document)
+        return
+    console.print(session.plan_table(document["candidates"], document["ranked_by"]))
+    if out is not None:
+        console.print(f"plan.json and plan.png in {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `meshfit simulate` and `meshfit plan` to the CLI."""
+    app.command("simulate")(simulate_command)
+    app.command("plan")(plan_command)

@@ -1,0 +1,131 @@
+"""Clusters to simulate on: a picklable spec (preset + nodes + link overrides, or a file) and its topology.
+
+The topology handed to the engine is the ordinary `ClusterTopology`, with one bookkeeping-only
+speed-up for long simulations (`make_fast`): each node's `gpus_free` becomes a plain attribute kept
+in sync whenever `gpus_used` or `schedulable` is assigned, and the cluster's free total is summed over
+the top-level domains instead of every node.  Every policy reads the same values it would read from
+the base classes (tests check this); only the cost of reading them changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from topology.model import ClusterTopology, Node, TopologyError
+
+
+class FastNode(Node):
+    """A `Node` whose `gpus_free` is a stored attribute refreshed on every usage/schedulability change."""
+
+    gpus_free = 0  # shadows the base property; the instance attribute is kept exact by the setters
+
+    @property  # type: ignore[override]
+    def gpus_used(self) -> int:
+        """GPUs held by pods on this node."""
+        return self._used
+
+    @gpus_used.setter
+    def gpus_used(self, value: int) -> None:
+        self._used = value
+        self._refresh()
+
+    @property  # type: ignore[override]
+    def schedulable(self) -> bool:
+        """Whether new pods may land here."""
+        return self._schedulable
+
+    @schedulable.setter
+    def schedulable(self, value: bool) -> None:
+        self._schedulable = value
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if "_used" in self.__dict__ and "_schedulable" in self.__dict__:
+            self.gpus_free = max(self.gpus_total - self._used, 0) if self._schedulable else 0
+
+
+class FastTopology(ClusterTopology):
+    """A `ClusterTopology` whose cluster-wide free total is read from the top-level domains."""
+
+    @property
+    def gpus_free(self) -> int:
+        """GPUs free on schedulable nodes (sum over top-level domains, maintained incrementally)."""
+        return sum(d.gpus_free for d in self._root_domains)
+
+
+def make_fast(topo: ClusterTopology) -> ClusterTopology:
+    """Turn `topo` (in place) into a `FastTopology` of `FastNode`s with identical state; returns it."""
+    for node in topo.nodes:
+        used, schedulable = node.__dict__.pop("gpus_used"), node.__dict__.pop("schedulable")
+        node.__class__ = FastNode
+        node._used = used
+        node.schedulable = schedulable
+    topo.__class__ = FastTopology
+    topo._root_domains = [d for d in topo.domains if d.parent is None]  # type: ignore[attr-defined]
+    covered = sum(d.gpus_total for d in topo._root_domains)  # type: ignore[attr-defined]
+    if covered != sum(n.gpus_total for n in topo.nodes):
+        raise TopologyError("top-level domains do not cover every node")
+    return topo
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """How to build the simulated cluster: a preset and node count, or a NodeList file; link overrides."""
+
+    preset: str | None = None
+    nodes: int = 0
+    path: str | None = None
+    links: dict[str, dict[str, float]] = field(default_factory=dict)
+    seed: int = 0
+    name: str = ""
+
+    def label(self) -> str:
+        """Short human name of this cluster."""
+        if self.name:
+            return self.name
+        return f"{self.preset} x {self.nodes}" if self.preset else Path(self.path or "?").name
+
+    def config(self, profile: str | None = None) -> dict[str, Any] | None:
+        """Topology config mapping (profile + link overrides), or None when nothing is overridden."""
+        cfg: dict[str, Any] = {}
+        if profile:
+            cfg["profile"] = profile
+        if self.links:
+            cfg["links"] = {key: dict(value) for key, value in self.links.items()}
+        return cfg or None
+
+
+def build_cluster(spec: ClusterSpec, fast: bool = True) -> ClusterTopology:
+    """The topology described by `spec` (TopologyError on bad input)."""
+    from topology.generator import generate_nodelist
+    from topology.loaders import load_cluster, topology_from_objects
+    from topology.presets import get_preset
+
+    if spec.preset:
+        if spec.nodes < 1:
+            raise TopologyError("--nodes must be at least 1")
+        profile = get_preset(spec.preset).link_profile
+        items = generate_nodelist(spec.preset, spec.nodes, spec.seed)["items"]
+        topo = topology_from_objects(items, spec.config(profile))
+    elif spec.path:
+        topo = load_cluster(spec.path, spec.config())
+    else:
+        raise TopologyError("give a cluster file or a preset")
+    if topo.gpus_total < 1:
+        raise TopologyError(f"cluster {spec.label()} has no GPUs")
+    return make_fast(topo) if fast else topo
+
+
+def gpus_per_node(topo: ClusterTopology) -> int:
+    """The largest GPU count of any node (pods are sized to fit it)."""
+    return max((n.gpus_total for n in topo.nodes), default=1)
+
+
+def nvlink_level(topo: ClusterTopology) -> int:
+    """Index of the NVLink-domain level (role `nvlink`), else the host level."""
+    for index, level in enumerate(topo.levels):
+        if level.role == "nvlink":
+            return index
+    return topo.host_level

@@ -1,0 +1,102 @@
+"""Simulation settings: queue discipline, runtime (compute / communication) model, failures.
+
+**Runtime model.**  A trace's `duration_seconds` is the runtime under an ideal placement.  The cost
+model gives, per training step, the communication time `c` of the actual layout and the lower bound
+`c*` (every group on the best tier it could fit in).  We assume that at the ideal placement
+communication is `comm_fraction` (default 20%) of the raw step work, so compute per step is
+`C = c* (1 - f) / f`, and that an `overlap` share (default 50%) of communication hides behind
+compute, so the step takes `C + (1 - overlap) c`.  Steps = duration / (C + (1 - overlap) c*), and the
+runtime on the actual layout is duration x slowdown with
+
+    slowdown = (C + (1 - overlap) c) / (C + (1 - overlap) c*)  (>= 1; 1 when c* = 0).
+
+**Failures.**  Each node fails after an exponential time with mean `node_mtbf_hours` (0 disables
+failures) and is repaired after an exponential time with mean `repair_hours`; each node draws from
+its own seeded stream, so every policy sees the same failures.  A job with a pod on a failed node is
+killed, loses the work since its last checkpoint (every `checkpoint_minutes` of running, written
+asynchronously) and rejoins the queue at its original position; every restart first pays
+`restart_minutes`.  ETTR = productive (kept) training time / time from first start to completion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Backfill(str, Enum):
+    """How jobs may overtake a blocked queue head."""
+
+    easy = "easy"
+    """EASY: a later job may start now only if it does not delay the head's reservation."""
+    none = "none"
+    """Strict order: nothing starts while the head waits."""
+    aggressive = "aggressive"
+    """Any job that fits starts (no reservation; the head may starve)."""
+
+
+class QueueOrder(str, Enum):
+    """Order of the waiting queue."""
+
+    fifo = "fifo"
+    """Submit time."""
+    priority = "priority"
+    """Higher priority first, then submit time."""
+
+
+@dataclass(frozen=True)
+class RuntimeModel:
+    """Compute / communication split used to stretch runtimes with the placement (see module doc)."""
+
+    comm_fraction: float = 0.2
+    overlap: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.comm_fraction < 1.0:
+            raise ValueError("comm fraction must be between 0 and 1 (exclusive)")
+        if not 0.0 <= self.overlap < 1.0:
+            raise ValueError("overlap must be in [0, 1)")
+
+    def slowdown(self, step_comm: float, lower_bound: float) -> float:
+        """Runtime multiplier of a layout with step communication `step_comm` vs the ideal `lower_bound`."""
+        if lower_bound <= 0.0:
+            return 1.0
+        compute = lower_bound * (1.0 - self.comm_fraction) / self.comm_fraction
+        exposed = 1.0 - self.overlap
+        return max(1.0, (compute + exposed * step_comm) / (compute + exposed * lower_bound))
+
+
+@dataclass(frozen=True)
+class FailureModel:
+    """Node failure / repair rates and the checkpoint-restart model (0 MTBF = no failures)."""
+
+    node_mtbf_hours: float = 0.0
+    repair_hours: float = 4.0
+    checkpoint_minutes: float = 30.0
+    restart_minutes: float = 5.0
+
+    def __post_init__(self) -> None:
+        if min(self.node_mtbf_hours, self.repair_hours, self.checkpoint_minutes, self.restart_minutes) < 0:
+            raise ValueError("failure settings must be non-negative")
+
+    @property
+    def enabled(self) -> bool:
+        """True when nodes fail at all."""
+        return self.node_mtbf_hours > 0
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything besides cluster, workload and policy that shapes one simulation run."""
+
+    backfill: Backfill = Backfill.easy
+    queue: QueueOrder = QueueOrder.fifo
+    runtime: RuntimeModel = RuntimeModel()
+    failures: FailureModel = FailureModel()
+    seed: int = 0
+    backfill_depth: int = 256
+    """At most this many queued jobs are considered per scheduling pass (Slurm's bf_max_job_test)."""
+    samples: int = 400
+    """Target number of time-series samples over the trace's arrival span."""
+    horizon_seconds: float | None = None
+    """Stop at this simulated time; unfinished jobs are reported as not completed."""

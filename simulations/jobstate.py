@@ -1,0 +1,99 @@
+"""Per-job simulation state: queue position, current run, progress, checkpoints and the final record."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from scheduler.jobs import Gang
+from simulations.workload import SimJob
+
+PENDING, QUEUED, RUNNING, DONE, REJECTED = "pending", "queued", "running", "done", "not-completed"
+
+
+@dataclass(slots=True)
+class RunJob:
+    """A job as the simulator tracks it (times in simulated seconds)."""
+
+    job: SimJob
+    gang: Gang
+    order: tuple
+    state: str = PENDING
+    work_left: float = 0.0
+    """Ideal-placement seconds of training still to do."""
+    first_start: float | None = None
+    start: float = 0.0
+    end: float = 0.0
+    run_id: int = 0
+    restarts: int = 0
+    slowdown: float = 1.0
+    comm_ratio: float = 1.0
+    usage: dict[int, int] = field(default_factory=dict)
+    """Node index -> GPUs held by the current run."""
+    overhead: float = 0.0
+    productive: float = 0.0
+    lost: float = 0.0
+    weighted_slowdown: float = 0.0
+    run_seconds: float = 0.0
+    skip_epoch: int = -1
+    reason: str | None = None
+    tier: str = ""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the job."""
+        return self.job.gpus
+
+    @property
+    def pod_gpus(self) -> int:
+        """GPUs per pod on this cluster."""
+        return self.gang.gpus_per_pod
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(GPUs per pod, pods): jobs of one shape fit or fail together."""
+        return self.gang.gpus_per_pod, len(self.gang.pods)
+
+    def begin(self, now: float, pod_node_indices: list[int], slowdown: float, comm_ratio: float,
+              restart_seconds: float) -> None:
+        """Start a run at `now` on the given nodes; sets the predicted end."""
+        if self.first_start is None:
+            self.first_start = now
+        self.state = RUNNING
+        self.run_id += 1
+        self.start = now
+        self.usage = dict(Counter(pod_node_indices))
+        self.slowdown, self.comm_ratio = slowdown, comm_ratio
+        self.overhead = restart_seconds if self.restarts else 0.0
+        self.end = now + self.overhead + self.work_left * slowdown
+
+    def finish(self, now: float) -> None:
+        """The current run completed all remaining work at `now`."""
+        ran = max(now - self.start - self.overhead, 0.0)
+        self.productive += ran
+        self._account(now)
+        self.work_left = 0.0
+        self.state = DONE
+
+    def interrupt(self, now: float, checkpoint_seconds: float) -> None:
+        """The current run was killed at `now`: keep checkpointed progress, lose the rest, requeue."""
+        ran = max(now - self.start - self.overhead, 0.0)
+        kept = (ran // checkpoint_seconds) * checkpoint_seconds if checkpoint_seconds > 0 else 0.0
+        kept = min(kept, self.work_left * self.slowdown)
+        self.work_left = max(self.work_left - kept / self.slowdown, 0.0)
+        self.productive += kept
+        self.lost += ran - kept
+        self._account(now)
+        self.restarts += 1
+        self.state = QUEUED
+        self.usage = {}
+
+    def _account(self, now: float) -> None:
+        wall = now - self.start
+        self.weighted_slowdown += self.slowdown * wall
+        self.run_seconds += wall
+
+    @property
+    def mean_slowdown(self) -> float:
+        """Run-time-weighted communication slowdown over all runs (1.0 if never ran)."""
+        return self.weighted_slowdown / self.run_seconds if self.run_seconds > 0 else self.slowdown

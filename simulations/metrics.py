@@ -1,0 +1,111 @@
+"""Metrics of one simulation run: time series samples, per-job records and the DESIGN summary row.
+
+- JCT = completion - submit; queueing delay = first start - submit (completed jobs).
+- utilisation = GPU-seconds held by jobs / (all GPUs x time) over the arrival window [first submit,
+  last submit] (the whole run when all jobs arrive at once), so a long drain tail does not dilute it.
+- fragmentation (per sample) = free GPUs on nodes too small for any waiting job's pod, as a share
+  of all GPUs (0 when nobody waits); the summary gives the mean over samples.
+- NVLink domains broken (per sample) = NVLink domains (hosts where the NVLink island is the node)
+  with both free and used GPUs.
+- comm slowdown (per job) = runtime multiplier of its placements (`config.RuntimeModel`).
+- ETTR = sum of GPUs x productive time / sum of GPUs x (completion - first start).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulations.jobstate import DONE, RunJob
+
+SUMMARY_KEYS = ("jobs", "completed", "jct_mean", "jct_p50", "jct_p99", "queue_mean", "utilization",
+                "fragmentation_mean", "comm_slowdown_mean", "ettr")
+"""Per-policy keys of `summary.json`, in DESIGN order."""
+SAMPLE_COLUMNS = ("time", "busy_gpus", "utilization", "queued_jobs", "running_jobs", "free_gpus",
+                  "stranded_gpus", "fragmentation", "nvlink_domains_broken", "nodes_down")
+JOB_COLUMNS = ("job_id", "gpus", "submit", "first_start", "end", "queue_delay", "jct", "status", "reason",
+               "comm_slowdown", "comm_ratio", "widest_tier", "restarts", "productive_seconds", "lost_seconds")
+
+
+def _round(value: float) -> float:
+    return round(float(value), 6)
+
+
+@dataclass
+class RunResult:
+    """Everything one (policy, cluster, workload, seed) run produced."""
+
+    policy: str
+    cluster: str
+    seed: int
+    total_gpus: int
+    summary: dict[str, Any]
+    details: dict[str, Any]
+    samples: list[tuple] = field(default_factory=list)
+    jobs: list[tuple] = field(default_factory=list)
+    events: int = 0
+    wall_seconds: float = 0.0
+
+
+def _percentile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else 0.0
+
+
+def job_row(rj: RunJob) -> tuple:
+    """One row of the per-job CSV."""
+    done = rj.state == DONE
+    first = rj.first_start
+    return (rj.job.job_id, rj.gpus, _round(rj.job.submit), "" if first is None else _round(first),
+            _round(rj.end) if done else "", "" if first is None else _round(first - rj.job.submit),
+            _round(rj.end - rj.job.submit) if done else "", rj.state, rj.reason or "",
+            _round(rj.mean_slowdown), _round(rj.comm_ratio), rj.tier, rj.restarts,
+            _round(rj.productive), _round(rj.lost))
+
+
+def summarize(jobs: list[RunJob], total_gpus: int, busy_gpu_seconds: float, span: tuple[float, float],
+              samples: list[tuple]) -> dict[str, Any]:
+    """The DESIGN `summary.json` row of one policy."""
+    done = [rj for rj in jobs if rj.state == DONE]
+    jct = np.array([rj.end - rj.job.submit for rj in done], dtype=np.float64)
+    wait = np.array([rj.first_start - rj.job.submit for rj in done], dtype=np.float64)
+    held = sum(rj.gpus * (rj.end - rj.first_start) for rj in done)
+    productive = sum(rj.gpus * rj.productive for rj in done)
+    length = max(span[1] - span[0], 1e-9)
+    frag_col = SAMPLE_COLUMNS.index("fragmentation")
+    return {
+        "jobs": len(jobs),
+        "completed": len(done),
+        "jct_mean": _round(jct.mean()) if jct.size else 0.0,
+        "jct_p50": _round(_percentile(jct, 50)),
+        "jct_p99": _round(_percentile(jct, 99)),
+        "queue_mean": _round(wait.mean()) if wait.size else 0.0,
+        "utilization": _round(busy_gpu_seconds / (total_gpus * length)),
+        "fragmentation_mean": _round(np.mean([s[frag_col] for s in samples])) if samples else 0.0,
+        "comm_slowdown_mean": _round(np.mean([rj.mean_slowdown for rj in done])) if done else 1.0,
+        "ettr": _round(productive / held) if held > 0 else 1.0,
+    }
+
+
+def details(jobs: list[RunJob], counters: dict[str, int], span: tuple[float, float]) -> dict[str, Any]:
+    """Extra per-policy numbers for `details.json` (not part of the DESIGN summary)."""
+    done = [rj for rj in jobs if rj.state == DONE]
+    multi = [rj.mean_slowdown for rj in done if len(rj.gang.pods) > 1]
+    reasons: dict[str, int] = {}
+    for rj in jobs:
+        if rj.state != DONE:
+            reasons[rj.reason or rj.state] = reasons.get(rj.reason or rj.state, 0) + 1
+    hours = max(span[1] - span[0], 1e-9) / 3600.0
+    useful = sum(rj.gpus * rj.job.duration for rj in done) / 3600.0
+    return {
+        **counters,
+        "makespan_hours": _round(hours),
+        "throughput_jobs_per_hour": _round(len(done) / hours),
+        "useful_gpu_hours": _round(useful),
+        "multi_pod_jobs": len(multi),
+        "multi_pod_comm_slowdown_mean": _round(np.mean(multi)) if multi else 1.0,
+        "restarts": sum(rj.restarts for rj in jobs),
+        "lost_gpu_hours": _round(sum(rj.gpus * rj.lost for rj in jobs) / 3600.0),
+        "not_completed": dict(sorted(reasons.items())),
+    }

@@ -1,0 +1,167 @@
+"""Capacity planner: compare candidate topologies on the same workload with the same policy.
+
+A candidate is a YAML file::
+
+    name: hgx-4to1                     # optional (default: the file name)
+    preset: hgx-h100                   # or  cluster: path/to/nodelist.json
+    nodes: 64
+    links:                             # topology-config link overrides by level name or role
+      spine: {oversubscription: 4}
+    price_per_gpu_hour: 2.5            # optional; enables cost per useful GPU-hour
+
+Each candidate is simulated (in parallel, see `runner`); the ranking uses cost per useful GPU-hour
+when every candidate has a price, else mean JCT.  Throughput = completed jobs per hour of makespan;
+useful GPU-hours = sum of GPUs x ideal runtime of completed jobs; cost per useful GPU-hour = price x
+GPUs x makespan hours / useful GPU-hours.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from simulations.cluster import ClusterSpec
+from simulations.metrics import RunResult
+
+
+class PlanError(ValueError):
+    """A candidate file that cannot be used (one line)."""
+
+
+class LinkOverrideModel(BaseModel):
+    """Partial link properties (GB/s per GPU per direction, microseconds, ratio >= 1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bandwidth_gbps: float | None = Field(default=None, gt=0)
+    latency_us: float | None = Field(default=None, ge=0)
+    oversubscription: float | None = Field(default=None, ge=1.0)
+
+
+class Candidate(BaseModel):
+    """One candidate topology."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    preset: str | None = None
+    nodes: int = Field(default=0, ge=0)
+    cluster: str | None = None
+    links: dict[str, LinkOverrideModel] = Field(default_factory=dict)
+    price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Candidate":
+        if bool(self.preset) == bool(self.cluster):
+            raise ValueError("give exactly one of preset (with nodes) or cluster")
+        if self.preset and self.nodes < 1:
+            raise ValueError("nodes must be at least 1 with a preset")
+        return self
+
+    def spec(self, default_name: str) -> ClusterSpec:
+        """The picklable cluster spec of this candidate."""
+        links = {key: value.model_dump(exclude_none=True) for key, value in self.links.items()}
+        return ClusterSpec(self.preset, self.nodes, self.cluster, links, self.seed, self.name or default_name)
+
+
+def load_candidate(path: str | Path) -> tuple[Candidate, ClusterSpec]:
+    """Read and validate one candidate YAML; PlanError on any problem."""
+    import yaml
+
+    target = Path(path)
+    try:
+        data = yaml.safe_load(target.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PlanError(f"cannot read candidate {target}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise PlanError(f"candidate {target} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"candidate {target} must be a mapping")
+    try:
+        candidate = Candidate.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "candidate"
+        raise PlanError(f"candidate {target}: {where}: {first.get('msg', 'invalid')}") from None
+    if candidate.cluster and not Path(candidate.cluster).is_absolute():
+        candidate = candidate.model_copy(update={"cluster": str(target.parent / candidate.cluster)})
+    return candidate, candidate.spec(target.stem)
+
+
+def plan_row(name: str, result: RunResult, price: float | None) -> dict[str, Any]:
+    """One ranked-table row for a candidate's run."""
+    summary, info = result.summary, result.details
+    hours = info["makespan_hours"]
+    useful = info["useful_gpu_hours"]
+    cost = price * result.total_gpus * hours / useful if price is not None and useful > 0 else None
+    return {
+        "candidate": name, "cluster": result.cluster, "gpus": result.total_gpus, "policy": result.policy,
+        "completed": summary["completed"], "jobs": summary["jobs"],
+        "throughput_jobs_per_hour": info["throughput_jobs_per_hour"],
+        "jct_mean": summary["jct_mean"], "jct_p99": summary["jct_p99"], "queue_mean": summary["queue_mean"],
+        "utilization": summary["utilization"], "comm_slowdown_mean": summary["comm_slowdown_mean"],
+        "makespan_hours": hours, "useful_gpu_hours": useful,
+        "price_per_gpu_hour": price, "cost_per_useful_gpu_hour": None if cost is None else round(cost, 4),
+    }
+
+
+def rank_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """Rows ranked best first (by cost when every row is priced, else mean JCT) and the key used."""
+    priced = all(row["cost_per_useful_gpu_hour"] is not None for row in rows)
+    key = "cost_per_useful_gpu_hour" if priced else "jct_mean"
+    ranked = sorted(rows, key=lambda row: (-row["completed"], row[key], row["candidate"]))
+    for rank, row in enumerate(ranked, 1):
+        row["rank"] = rank
+    return ranked, key
+
+
+def run_plan(candidate_files: list[Path], workload_file: Path | None, synthetic: int | None, load: float,
+             arrival_scale: float, policy: str, config: Any, workers: int | None, dask: str | None,
+             out: Path | None, show_progress: bool = False) -> dict[str, Any]:
+    """Simulate every candidate on one workload; the ranked plan document (written to `out` if given)."""
+    import json
+
+    from simulations import session
+    from simulations.runner import RunSpec
+
+    session.check_policies([policy])
+    loaded = []
+    for path in candidate_files:
+        try:
+            candidate, spec = load_candidate(path)
+        except PlanError as exc:
+            raise session.InputError(str(exc)) from None
+        gpus = _gpus(spec, path, session.InputError)
+        loaded.append((candidate, spec, gpus))
+    smallest = min(gpus for _, _, gpus in loaded)
+    workload = session.load_workload(workload_file, synthetic, smallest, config.seed, load, arrival_scale)
+    specs = [RunSpec(spec, policy, config) for _, spec, _ in loaded]
+    results, wall = session.execute(specs, workload, workers, dask, show_progress)
+    rows = [plan_row(spec.label(), result, candidate.price_per_gpu_hour)
+            for (candidate, spec, _), result in zip(loaded, results)]
+    ranked, key = rank_rows(rows)
+    document = {"workload": workload.source, "jobs": len(workload.jobs), "policy": policy, "ranked_by": key,
+                "candidates": ranked, "wall_seconds": round(wall, 3)}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "plan.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        from simulations.plots import plot_jct_cdf, plot_plan, plot_series
+
+        plot_plan(out / "plan.png", ranked)
+        plot_jct_cdf(out / "jct_cdf.png", results, False, multi_cluster=True)
+        plot_series(out / "utilization.png", results, "utilization", "GPU utilisation", False, multi_cluster=True)
+    return document
+
+
+def _gpus(spec: ClusterSpec, path: Path, error: type[Exception]) -> int:
+    """GPUs of a candidate's cluster (building it once validates it)."""
+    from simulations.cluster import build_cluster
+    from topology.model import TopologyError
+
+    try:
+        return build_cluster(spec, fast=False).gpus_total
+    except TopologyError as exc:
+        raise error(f"candidate {path}: {exc}") from None

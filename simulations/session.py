@@ -1,0 +1,163 @@
+"""What the `simulate` and `plan` commands do, minus option parsing: inputs, runs, outputs, tables.
+
+Every input problem is raised as `InputError` (one line) so the CLI can exit 2 without a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from simulations.cluster import ClusterSpec, build_cluster
+from simulations.config import SimConfig
+from simulations.metrics import SUMMARY_KEYS, RunResult
+from simulations.runner import RunSpec, SweepError, run_many
+from simulations.workload import Workload
+
+
+class InputError(ValueError):
+    """Bad command-line input: unknown policy, unreadable trace, invalid cluster (one line)."""
+
+
+def parse_links(items: list[str]) -> dict[str, dict[str, float]]:
+    """`["spine.oversubscription=4"]` -> `{"spine": {"oversubscription": 4.0}}`."""
+    links: dict[str, dict[str, float]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        level, dot, field = key.strip().rpartition(".")
+        if not sep or not dot or field not in ("bandwidth_gbps", "latency_us", "oversubscription"):
+            raise InputError(f"--link expects LEVEL.FIELD=VALUE with FIELD one of bandwidth_gbps, latency_us, "
+                             f"oversubscription; got {item!r}")
+        try:
+            links.setdefault(level, {})[field] = float(value)
+        except ValueError:
+            raise InputError(f"--link {item!r}: {value!r} is not a number") from None
+    return links
+
+
+def check_policies(policies: list[str]) -> list[str]:
+    """The policies, de-duplicated in order; InputError naming the known ones if one is unknown."""
+    from plugins.policies import POLICIES
+
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise InputError(f"unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
+    return list(dict.fromkeys(policies))
+
+
+def cluster_spec(cluster: Path | None, preset: str | None, nodes: int, links: dict) -> ClusterSpec:
+    """The cluster spec from `--cluster` or `--preset/--nodes`, validated by building it once."""
+    from topology.model import TopologyError
+
+    if (cluster is None) == (preset is None):
+        raise InputError("give exactly one of --cluster FILE or --preset NAME")
+    spec = ClusterSpec(preset, nodes, str(cluster) if cluster else None, links)
+    try:
+        build_cluster(spec, fast=False)
+    except TopologyError as exc:
+        raise InputError(str(exc)) from None
+    return spec
+
+
+def load_workload(trace: Path | None, synthetic: int | None, cluster_gpus: int, seed: int, load: float,
+                  arrival_scale: float = 1.0, max_jobs: int | None = None) -> Workload:
+    """The workload from `--trace` or `--synthetic N` (scaled / truncated as asked)."""
+    from simulations.synthetic import generate
+    from simulations.traces import TraceError, load_trace
+
+    if (trace is None) == (synthetic is None):
+        raise InputError("give exactly one of --trace FILE or --synthetic N")
+    if arrival_scale <= 0:
+        raise InputError("--arrival-scale must be > 0")
+    try:
+        workload = load_trace(trace) if trace is not None else generate(synthetic or 0, cluster_gpus, seed, load)
+    except TraceError as exc:
+        raise InputError(str(exc)) from None
+    jobs = workload.jobs[:max_jobs] if max_jobs else workload.jobs
+    if arrival_scale != 1.0:
+        jobs = [replace(job, submit=job.submit * arrival_scale) for job in jobs]
+    notes = workload.notes + ([f"arrival times x {arrival_scale:g}"] if arrival_scale != 1.0 else [])
+    return Workload(list(jobs), workload.source, workload.method, notes)
+
+
+@contextmanager
+def progress_bar(enabled: bool, runs: list[str]) -> Iterator[Any]:
+    """A rich progress bar with one task per run (a no-op callback when disabled)."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=False) as progress:
+        tasks = [progress.add_task(name, total=None) for name in runs]
+
+        def update(index: int, done: int, total: int) -> None:
+            progress.update(tasks[index], completed=done, total=total)
+
+        yield update
+
+
+def execute(specs: list[RunSpec], workload: Workload, workers: int | None, dask: str | None,
+            show_progress: bool) -> tuple[list[RunResult], float]:
+    """Run the specs with a progress bar when asked; (results, wall seconds)."""
+    names = [f"{s.policy} on {s.cluster.label()} (seed {s.config.seed})" for s in specs]
+    started = time.perf_counter()
+    try:
+        with progress_bar(show_progress, names) as update:
+            results = run_many(specs, workload, workers, dask, update)
+    except SweepError as exc:
+        raise InputError(str(exc)) from None
+    return results, time.perf_counter() - started
+
+
+def stdout_is_tty() -> bool:
+    """True when a human is watching (progress bars on)."""
+    return sys.stdout.isatty()
+
+
+def summary_table(document: dict[str, Any], title: str) -> Any:
+    """A rich table of the per-policy summary rows."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("policy")
+    for key in SUMMARY_KEYS:
+        table.add_column(key, justify="right")
+    for name, row in document["policies"].items():
+        table.add_row(name, *(f"{row[k]:.4g}" if isinstance(row[k], float) else str(row[k]) for k in SUMMARY_KEYS))
+    return table
+
+
+def plan_table(rows: list[dict[str, Any]], key: str) -> Any:
+    """A rich table of ranked planner candidates."""
+    from rich.table import Table
+
+    table = Table(title=f"candidates ranked by {key}")
+    columns = ("rank", "candidate", "gpus", "completed", "throughput_jobs_per_hour", "jct_mean", "jct_p99",
+               "utilization", "comm_slowdown_mean", "cost_per_useful_gpu_hour")
+    for column in columns:
+        table.add_column(column.replace("_", " "), justify="left" if column == "candidate" else "right")
+    for row in rows:
+        table.add_row(*("-" if row[c] is None else f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c])
+                        for c in columns))
+    return table
+
+
+def base_config(seed: int, **settings: Any) -> SimConfig:
+    """A `SimConfig` from CLI settings (ValueError from the models becomes InputError)."""
+    from simulations.config import FailureModel, RuntimeModel
+
+    try:
+        runtime = RuntimeModel(settings.pop("comm_fraction"), settings.pop("overlap"))
+        failures = FailureModel(settings.pop("node_mtbf_hours"), settings.pop("repair_hours"),
+                                settings.pop("checkpoint_minutes"), settings.pop("restart_minutes"))
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    horizon = settings.pop("horizon_hours", None)
+    return SimConfig(runtime=runtime, failures=failures, seed=seed,
+                     horizon_seconds=horizon * 3600.0 if horizon else None, **settings)

@@ -138,6 +138,18 @@ def _summarise(results: dict[int, dict]) -> LocalRunResult:
         checkpoint=ordered[0]["checkpoint"], coords={r["rank"]: r["coords"] for r in ordered})
 
 
+def _check_resumable(placement: Placement, options, model_config: dict) -> None:
+    from plugins.handoffs.local_runtime.checkpoint import CheckpointError, check_compatible, layout_meta, read_meta
+
+    if not options.checkpoint_dir:
+        raise LocalRunError("resume needs a checkpoint directory")
+    try:
+        check_compatible(read_meta(Path(options.checkpoint_dir)),
+                         layout_meta(placement.gang.parallelism, placement.rank_order, model_config))
+    except CheckpointError as exc:
+        raise LocalRunError(str(exc)) from None
+
+
 def run_local(placement: Placement, options, on_step: Callable[[int, float], None] | None = None) -> LocalRunResult:
     """Run the placed job here, one process per rank; `options` is a local_runtime TrainOptions."""
     from plugins.handoffs.local_runtime import require_torch
@@ -146,7 +158,9 @@ def run_local(placement: Placement, options, on_step: Callable[[int, float], Non
     require_torch()
     if not placement.placed:
         raise LocalRunError(f"job {placement.gang.key} is not placed: {placement.reason}")
-    ModelConfig.for_parallelism(placement.gang.parallelism, options.seed)
+    config = ModelConfig.for_parallelism(placement.gang.parallelism, options.seed)
+    if options.resume:
+        _check_resumable(placement, options, config.as_dict())
     with tempfile.TemporaryDirectory(prefix="meshfit-run-") as scratch:
         results_dir = Path(scratch)
         process = _start_spawner(local_environments(placement, free_port()), options, results_dir)

@@ -67,7 +67,110 @@ def _print_env(env: dict[str, str], output: OutputFormat) -> None:
             print(f"{key}={env[key]}")
 
 
+def run_with_progress(placement, options, show_progress: bool):
+    """Run the placed job locally, with a rich progress bar of steps and loss on stderr when asked."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from plugins.handoffs.local import run_local
+    from scheduler.cli.common import err_console
+
+    if not show_progress:
+        return run_local(placement, options)
+    columns = (TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=False) as progress:
+        task = progress.add_task("train", total=options.steps, loss="-")
+        progress.update(task, completed=0)
+
+        def on_step(step: int, loss: float) -> None:
+            progress.update(task, completed=step, loss=f"{loss:.4f}")
+
+        return run_local(placement, options, on_step)
+
+
+def _runtime_errors() -> tuple[type[BaseException], ...]:
+    from plugins.handoffs.local import LocalRunError
+    from plugins.handoffs.local_runtime import RuntimeUnavailable
+
+    return LocalRunError, RuntimeUnavailable
+
+
+def _import_runtime() -> None:
+    try:
+        from plugins.handoffs.local_runtime import require_torch
+        require_torch()
+    except ImportError as exc:
+        fail(f"the local runtime is unavailable: {exc}")
+    except RuntimeError as exc:
+        fail(str(exc))
+
+
+def print_run_summary(result, output: OutputFormat) -> None:
+    """The run summary: DESIGN JSON, or a short loss curve summary."""
+    from scheduler.cli.common import console, print_json
+
+    if output == OutputFormat.json:
+        print_json(result.to_json())
+        return
+    losses = result.losses
+    if losses:
+        console.print(f"{result.status}: steps {result.start_step + 1}-{result.steps}, loss {losses[0]:.4f} -> "
+                      f"{losses[-1]:.4f} (min {min(losses):.4f})")
+    else:
+        console.print(f"{result.status}: nothing to run (already at step {result.steps})")
+    for entry in result.ranks:
+        groups = " ".join(f"{axis}={entry['groups'][axis]}" for axis in ("tp", "pp", "dp"))
+        console.print(f"  rank {entry['rank']}: {groups}")
+    if result.checkpoint:
+        console.print(f"checkpoint: {result.checkpoint}")
+
+
+def run_command(
+    cluster: Path = typer.Option(..., "--cluster", help="NodeList or List (Nodes + Pods) file."),
+    job: Path = typer.Option(..., "--job", help="Job manifest with meshfit.io/* annotations."),
+    policy: str = typer.Option("meshfit", "--policy", help="Placement policy."),
+    steps: int = typer.Option(20, "--steps", min=1, help="Train until this many steps in total."),
+    checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir", help="Directory for checkpoints."),
+    checkpoint_every: int = typer.Option(0, "--checkpoint-every", min=0, help="Checkpoint every N steps (0: end only)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint `latest` points to."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the example model's weights and data."),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Place the job, then train the example model on this machine with one process per rank (gloo)."""
+    from plugins.handoffs.local_runtime.checkpoint import CheckpointError, latest_step_dir
+    from scheduler.cli.common import EXIT_UNSCHEDULABLE
+    from scheduler.cli.place_cmd import _load_cluster
+    from scheduler.engine import place
+    from scheduler.jobs import JobSpecError
+    from scheduler.manifests import load_job
+
+    _import_runtime()
+    from plugins.handoffs.local_runtime.worker import TrainOptions
+
+    if resume:
+        if checkpoint_dir is None:
+            fail("--resume needs --checkpoint-dir")
+        try:
+            latest_step_dir(checkpoint_dir)
+        except CheckpointError as exc:
+            fail(str(exc))
+    try:
+        placement = place(load_job(job), _load_cluster(cluster, None), policy)
+    except (JobSpecError, ValueError) as exc:
+        fail(str(exc))
+    if not placement.placed:
+        fail(f"{placement.gang.key} unschedulable by {placement.policy}: {placement.reason}", EXIT_UNSCHEDULABLE)
+    options = TrainOptions(steps=steps, checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
+                           checkpoint_every=checkpoint_every, resume=resume, seed=seed)
+    try:
+        result = run_with_progress(placement, options, output == OutputFormat.table)
+    except _runtime_errors() as exc:
+        fail(str(exc), code=1)
+    print_run_summary(result, output)
+
+
 def register(app: typer.Typer) -> None:
     """Add `launch`, `render` and `run` to the meshfit app."""
     app.command("launch", help=LAUNCH_HELP,
                 context_settings={"allow_interspersed_args": False})(launch_command)
+    app.command("run")(run_command)

@@ -72,6 +72,12 @@ def read_meta(root: Path) -> dict[str, Any]:
     return json.loads((latest_step_dir(root) / "meta.json").read_text())
 
 
+def layout_meta(parallelism, rank_order: str, model_config: dict[str, Any]) -> dict[str, Any]:
+    """The fields a checkpoint must share with a run that resumes from it."""
+    return {"world_size": parallelism.world_size, "parallelism": str(parallelism), "rank_order": rank_order,
+            "model": dict(model_config)}
+
+
 def check_compatible(meta: dict[str, Any], expected: dict[str, Any]) -> None:
     """CheckpointError naming the first layout field that differs between a checkpoint and this run."""
     for key, value in expected.items():

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from plugins.handoffs.local_runtime.checkpoint import check_compatible, load_shard, read_meta, save_checkpoint
+from plugins.handoffs.local_runtime.checkpoint import check_compatible, layout_meta, load_shard, read_meta, save_checkpoint
 from plugins.handoffs.local_runtime.model import ModelConfig, batch_for_step, build_stage, make_optimizer
 from plugins.handoffs.local_runtime.parallel import (
     ParallelState, agree_to_stop, all_reduce_data_parallel_grads, build_parallel_state, global_step_loss,
@@ -55,8 +55,7 @@ def _state_from_environment() -> ParallelState:
 
 
 def _layout_meta(state: ParallelState, config: ModelConfig) -> dict[str, Any]:
-    return {"world_size": state.parallelism.world_size, "parallelism": str(state.parallelism),
-            "rank_order": os.environ["MESHFIT_RANK_ORDER"], "model": config.as_dict()}
+    return layout_meta(state.parallelism, os.environ["MESHFIT_RANK_ORDER"], config.as_dict())
 
 
 def _local_micro_batches(config: ModelConfig, state: ParallelState, step: int) -> tuple[list, list]:

@@ -62,7 +62,7 @@ class RunJob:
         self.state = RUNNING
         self.run_id += 1
         self.start = now
-        self.usage = dict(Counter(pod_node_indices))
+        self.usage = {node: pods * self.gang.gpus_per_pod for node, pods in Counter(pod_node_indices).items()}
         self.slowdown, self.comm_ratio = slowdown, comm_ratio
         self.overhead = restart_seconds if self.restarts else 0.0
         self.end = now + self.overhead + self.work_left * slowdown

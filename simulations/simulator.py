@@ -71,6 +71,8 @@ class Simulator:
                          "backfilled": 0, "node_failures": 0, "jobs_killed": 0}
         self.sampler = Sampler(topo, workload, config.samples)
         self._node_rngs: list[random.Random] = []
+        self.shadows: dict[int, float] = {}
+        """Job index -> shadow time of the first EASY reservation it got as the blocked head."""
 
     # ----- events ------------------------------------------------------------------------
     def _push(self, when: float, kind: int, ref: object, token: int = 0) -> None:
@@ -201,7 +203,9 @@ class Simulator:
         for rj in self.queue[: self.config.backfill_depth]:
             attempt = self._try_place(rj) if self._worth_trying(rj) else None
             if attempt is not None and head is not None and mode == Backfill.easy:
-                reservation = reservation or self._reservation_for(head)
+                if reservation is None:
+                    reservation = self._reservation_for(head)
+                    self.shadows.setdefault(head.order[2], reservation.shadow)
                 attempt = self._easy_check(rj, attempt, reservation)
             if attempt is None:
                 if self._never_fits(rj):

@@ -104,7 +104,7 @@ def _run_dask(specs: list[RunSpec], workload: Workload, address: str, progress: 
     except ImportError:
         raise SweepError("--dask needs dask.distributed: pip install 'meshfit[sweep]'") from None
     try:
-        client = Client(address, timeout="10s")
+        client = Client(address, timeout="5s")
     except (OSError, TimeoutError) as exc:
         raise SweepError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     try:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from plugins.policies.meshfit_search import (
-    ROOT, SlotView, candidate_domains, fill_domain, pod_axis_grid, pod_sequence, slot_view, virtual_orders,
+    BALANCE, PACK, ROOT, SPREAD, SlotView, candidate_domains, fill_domain, pod_axis_grid, pod_sequence, slot_view,
+    virtual_orders,
 )
 from scheduler.capacity import constraint_levels
 from scheduler.cost import LayoutPricer, lower_bound_seconds
@@ -102,9 +103,11 @@ class MeshfitPolicy:
         weights = {axis: t.bytes_per_call * t.calls_per_step for axis, t in pricer.traffic.items()}
         level = view.tree.level_of(domain)
         leftover = view.slots(domain) - len(gang.pods)
-        for sequence, blocks in layout_plans(gang, order, weights):
+        strategies = (PACK, BALANCE, SPREAD) if view.tree.oversubscribed else (PACK,)
+        plans = [(seq, blocks, strategy) for seq, blocks in layout_plans(gang, order, weights) for strategy in strategies]
+        for sequence, blocks, strategy in plans:
             pod_nodes = np.empty(len(gang.pods), dtype=np.int64)
-            pod_nodes[sequence] = fill_domain(view, domain, len(gang.pods), blocks)
+            pod_nodes[sequence] = fill_domain(view, domain, len(gang.pods), blocks, strategy)
             cost = pricer.price(pod_nodes)[0]
             tie = (whole_domains_broken(topo, view, pod_nodes), -level, leftover)
             candidate = Candidate(tuple(int(n) for n in pod_nodes), order, cost, tie)

@@ -37,6 +37,10 @@ class TreeIndex:
         self.children: list[list[int]] = [list(d.children) for d in topo.domains]
         self.root_children = [d.id for d in topo.domains if d.parent is None]
         self.host_node = {d.id: d.nodes[0] for d in topo.domains if d.level == self.levels - 1}
+        self.ancestors = np.full((len(topo.domains), self.levels), -1, dtype=np.int64)
+        for d in topo.domains:
+            self.ancestors[d.id, : d.level + 1] = topo.nodes[d.nodes[0]].path[: d.level + 1]
+        self.oversubscribed = any(level.link.oversubscription > 1.0 for level in topo.levels)
         self.size = (len(topo.nodes), len(topo.domains))
 
     def kids(self, domain: int) -> list[int]:
@@ -70,6 +74,24 @@ class SlotView:
     def slots(self, domain: int) -> int:
         """Pods that fit in `domain` (ROOT = the cluster)."""
         return self.total if domain == ROOT else int(self.domain_slots[domain])
+
+    def aligned_caps(self, block: int) -> np.ndarray:
+        """Per domain, how many whole blocks of `block` pods fit inside domains of the deepest level able to hold one."""
+        cache = self.__dict__.setdefault("_aligned", {})
+        if block not in cache:
+            tree = self.tree
+            caps = self.domain_slots // block
+            holders = np.flatnonzero(caps > 0)
+            if holders.size:
+                deepest = int(tree.domain_level[holders].max())
+                at_level = np.flatnonzero(tree.domain_level == deepest)
+                for level in range(deepest):
+                    above = tree.domain_level == level
+                    summed = np.bincount(tree.ancestors[at_level, level], weights=caps[at_level],
+                                         minlength=caps.shape[0]).astype(np.int64)
+                    caps = np.where(above, summed, caps)
+            cache[block] = caps
+        return cache[block]
 
 
 def slot_view(gang: Gang, topo: ClusterTopology) -> SlotView:
@@ -137,42 +159,83 @@ def pod_sequence(grid: list[tuple[str, int]], nesting: tuple[int, ...], pods: in
     return np.argsort(key, kind="stable"), blocks
 
 
-def _choose_children(kids: list[int], caps: list[int], leftovers: list[int], need: int) -> list[tuple[int, int]]:
-    """Fewest children covering `need` blocks: largest first, the last one best-fit; (child, blocks)."""
-    available = set(range(len(kids)))
+PACK, BALANCE, SPREAD = "pack", "balance", "spread"
+"""How blocks are split among a domain's children at the first real split: fewest children (pack),
+fewest children evenly (balance), or as many children as possible (spread, relieves shared uplinks)."""
+
+
+def _pack(caps: list[int], leftovers: list[int], need: int) -> list[tuple[int, int]]:
+    """Fewest children covering `need` blocks: largest first, the last one best-fit; (child position, blocks)."""
+    available = set(range(len(caps)))
     chosen: list[tuple[int, int]] = []
     remaining = need
     while remaining > 0:
         fits = [j for j in available if caps[j] >= remaining]
         if fits:
             best = min(fits, key=lambda j: (caps[j], leftovers[j], j))
-            chosen.append((kids[best], remaining))
+            chosen.append((best, remaining))
             return chosen
         largest = max(available, key=lambda j: (caps[j], -leftovers[j], -j), default=None)
         if largest is None or caps[largest] <= 0:
             raise ValueError("domain cannot hold the requested pods")
-        chosen.append((kids[largest], caps[largest]))
+        chosen.append((largest, caps[largest]))
         available.discard(largest)
         remaining -= caps[largest]
     return chosen
 
 
-def fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int]) -> list[int]:
+def _even(caps: list[int], positions: list[int], need: int) -> list[tuple[int, int]]:
+    """Water-fill `need` blocks over `positions` as evenly as their caps allow."""
+    share = {j: 0 for j in positions}
+    remaining = need
+    while remaining > 0:
+        open_ = [j for j in positions if share[j] < caps[j]]
+        if not open_:
+            raise ValueError("domain cannot hold the requested pods")
+        for j in sorted(open_, key=lambda j: (share[j], -caps[j], j)):
+            if remaining == 0:
+                break
+            share[j] += 1
+            remaining -= 1
+    return [(j, n) for j, n in share.items() if n > 0]
+
+
+def choose_children(caps: list[int], leftovers: list[int], need: int, strategy: str) -> list[tuple[int, int]]:
+    """(child position, blocks) covering `need` blocks under one split strategy."""
+    packed = _pack(caps, leftovers, need)
+    if strategy == PACK or len(packed) == 1:
+        return packed
+    if strategy == BALANCE:
+        widest = sorted(range(len(caps)), key=lambda j: (-caps[j], leftovers[j], j))[: len(packed)]
+        return _even(caps, widest, need)
+    return _even(caps, [j for j in range(len(caps)) if caps[j] > 0], need)
+
+
+def _block_caps(view: SlotView, kids: list[int], pods: int, blocks: list[int]) -> tuple[int, list[int]]:
+    """Largest block (and per-child block capacity) that covers `pods`, aligned deeper when possible."""
+    for block in sorted(blocks, reverse=True):
+        if block > pods or pods % block:
+            continue
+        aligned = view.aligned_caps(block)
+        for caps in ([int(aligned[c]) for c in kids], [int(view.domain_slots[c]) // block for c in kids]):
+            if sum(caps) >= pods // block:
+                return block, caps
+    return 1, [int(view.domain_slots[c]) for c in kids]
+
+
+def fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strategy: str = PACK) -> list[int]:
     """Node index for each of `pods` consecutive sequence positions inside `domain`, aligned to blocks."""
     tree = view.tree
     if domain in tree.host_node:
         return [tree.host_node[domain]] * pods
     kids = [c for c in tree.kids(domain) if view.domain_slots[c] > 0]
-    for block in sorted(blocks, reverse=True):
-        if block > pods or pods % block:
-            continue
-        caps = [int(view.domain_slots[c]) // block for c in kids]
-        if sum(caps) >= pods // block:
-            break
+    block, caps = _block_caps(view, kids, pods, blocks)
     leftovers = [int(view.domain_slots[c]) - cap * block for c, cap in zip(kids, caps)]
+    chosen = choose_children(caps, leftovers, pods // block, strategy)
+    inner = strategy if len(chosen) == 1 else PACK
     nodes: list[int] = []
-    for child, count in _choose_children(kids, caps, leftovers, pods // block):
-        nodes.extend(fill_domain(view, child, count * block, blocks))
+    for position, count in chosen:
+        nodes.extend(fill_domain(view, kids[position], count * block, blocks, inner))
     return nodes
 
 

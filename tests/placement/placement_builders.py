@@ -11,7 +11,7 @@ HOST_LINK = LinkTier(400.0, 1.0)
 RACK_LINK = LinkTier(50.0, 5.0)
 SPINE_LINK = LinkTier(25.0, 10.0)
 CLUSTER_LINK = LinkTier(10.0, 20.0)
-NVLINK = LinkTier(900.0, 2.0)
+NVLINK = LinkTier(400.0, 2.0)
 
 
 def make_cluster(spines: int = 1, racks: int = 2, nodes: int = 4, gpus: int = 8, used: dict[int, int] | None = None,

@@ -1,0 +1,157 @@
+"""Placement quality study: `meshfit` vs `optimal` on small instances, and vs the baselines on the presets.
+
+Run the full study (prints two tables and writes JSON when given a path):
+
+    python tests/bench/placement_quality.py [--small 200] [--seeds 8] [--json out.json]
+
+Small instances: <= 16 nodes with random partial occupancy, drawn from hand-shaped spine/rack/NVLink
+clusters (with and without spine oversubscription) and from every preset's labels (Topograph old and
+new keys, NVIDIA clique, GKE, AWS), jobs of <= 12 pods with random tp/pp/dp(/cp).  Ratio = meshfit's
+predicted step time / optimal's; only instances optimal proved are counted.
+Presets: 3D jobs on generated clusters at 50% random occupancy; ratio = meshfit / baseline (< 1 means
+meshfit is faster), median and p90 per preset and job shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from plugins.policies import get_policy  # noqa: E402
+from scheduler.engine import place  # noqa: E402
+from scheduler.jobs import Gang, ModelShape, Parallelism, PodSlot  # noqa: E402
+from tests.placement.placement_builders import make_cluster  # noqa: E402
+from topology.generator import generate_cluster  # noqa: E402
+
+PRESETS = ("hgx-h100", "gb200-nvl72", "gke-a3", "aws-p5")
+PRESET_NODES = {"hgx-h100": 512, "gb200-nvl72": 1152, "gke-a3": 512, "aws-p5": 512}
+SHAPES = {  # name -> (tp, pp, dp) per GPUs-per-node
+    8: [("tp8-pp4-dp8", 8, 4, 8), ("tp8-pp8-dp16", 8, 8, 16), ("tp4-pp4-dp16", 4, 4, 16)],
+    4: [("tp16-pp4-dp4", 16, 4, 4), ("tp8-pp8-dp8", 8, 8, 8), ("tp4-pp4-dp16", 4, 4, 16)],
+}
+MODEL = ModelShape(params=70e9, layers=80, hidden=8192, seq=4096, micro_batch=1, global_batch=512)
+
+
+def make_job(tp: int, pp: int, dp: int, gpus_per_pod: int, cp: int = 1, order: str = "tp-cp-ep-dp-pp") -> Gang:
+    """A gang of world / gpus_per_pod pods with the given degrees and the study's 70B model."""
+    par = Parallelism(tp=tp, cp=cp, pp=pp, dp=dp)
+    pods = par.world_size // gpus_per_pod
+    return Gang("study", f"tp{tp}-cp{cp}-pp{pp}-dp{dp}", tuple(PodSlot(i, f"p{i}", gpus_per_pod) for i in range(pods)),
+                par, order, MODEL)
+
+
+def small_instance(rng: random.Random):
+    """A <= 16-node cluster with random occupancy and a job of <= 12 pods that fits it (or None)."""
+    if rng.random() < 0.5:
+        racks, nodes = rng.choice([(2, 4), (4, 4), (2, 8), (4, 2), (3, 4)])
+        gpus = rng.choice([4, 8])
+        total = racks * nodes
+        used = {i: rng.choice([0, gpus // 2, gpus]) for i in range(total) if rng.random() < 0.4}
+        topo = make_cluster(racks=racks, nodes=nodes, gpus=gpus, used=used,
+                            spine_oversubscription=rng.choice([1.0, 2.0, 4.0]),
+                            nvlink_nodes=rng.choice([0, 0, 2, 4]) if gpus == 4 else 0)
+    else:
+        preset = rng.choice(PRESETS)
+        topo = generate_cluster(preset, rng.randint(6, 16), seed=rng.randint(0, 10**6), used_fraction=rng.choice([0.2, 0.4]))
+    g = max(n.gpus_total for n in topo.nodes)
+    pod_gpus = rng.choice([g, g // 2])
+    tp = rng.choice([d for d in (2, 4, 8, 16) if d % pod_gpus == 0 or pod_gpus % d == 0])
+    pp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2, 3, 4])
+    world = tp * pp * dp
+    if world % pod_gpus or world // pod_gpus > 12 or world > topo.gpus_free:
+        return None
+    return topo, make_job(tp, pp, dp, pod_gpus, order=rng.choice(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp", "auto"]))
+
+
+def optimal_study(count: int, seed: int = 0) -> dict:
+    """Ratios meshfit / optimal over `count` solvable small instances."""
+    rng = random.Random(seed)
+    optimal = get_policy("optimal")
+    ratios: list[float] = []
+    unproven = attempts = 0
+    while len(ratios) < count and attempts < count * 20:
+        attempts += 1
+        instance = small_instance(rng)
+        if instance is None:
+            continue
+        topo, gang = instance
+        ours, best = place(gang, topo, "meshfit"), place(gang, topo, optimal)
+        if not (ours.placed and best.placed):
+            continue
+        if not optimal.last_proven:
+            unproven += 1
+            continue
+        ratios.append(ours.cost.step_comm_seconds / best.cost.step_comm_seconds)
+    return summarize_optimal(ratios, unproven)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+def summarize_optimal(ratios: list[float], unproven: int) -> dict:
+    """Distribution of meshfit / optimal ratios."""
+    within = sum(r <= 1.05 for r in ratios) / len(ratios) if ratios else 0.0
+    return {"instances": len(ratios), "unproven_skipped": unproven, "within_5pct": within,
+            "exact": sum(r <= 1 + 1e-9 for r in ratios) / max(len(ratios), 1),
+            "median": _quantile(ratios, 0.5) if ratios else None, "p90": _quantile(ratios, 0.9) if ratios else None,
+            "p99": _quantile(ratios, 0.99) if ratios else None, "max": max(ratios) if ratios else None}
+
+
+def preset_study(seeds: int, presets=PRESETS, occupancy: float = 0.5) -> list[dict]:
+    """Median / p90 of meshfit / baseline per preset and 3D job shape."""
+    rows = []
+    for preset in presets:
+        clusters = [generate_cluster(preset, PRESET_NODES[preset], seed=s, used_fraction=occupancy) for s in range(seeds)]
+        g = clusters[0].nodes[0].gpus_total
+        for shape, tp, pp, dp in SHAPES[g]:
+            ratios = {"kueue-tas": [], "volcano-hypernode": []}
+            for topo in clusters:
+                gang = make_job(tp, pp, dp, g)
+                ours = place(gang, topo, "meshfit")
+                for baseline, values in ratios.items():
+                    theirs = place(gang, topo, baseline)
+                    if ours.placed and theirs.placed:
+                        values.append(ours.cost.step_comm_seconds / theirs.cost.step_comm_seconds)
+            row = {"preset": preset, "shape": shape}
+            for baseline, values in ratios.items():
+                row[baseline] = {"n": len(values), "median": _quantile(values, 0.5) if values else None,
+                                 "p90": _quantile(values, 0.9) if values else None}
+            rows.append(row)
+    return rows
+
+
+def _print_tables(small: dict, presets: list[dict]) -> None:
+    print("meshfit / optimal on <=16-node instances")
+    print("  " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in small.items()))
+    print("\nmeshfit / baseline predicted step time (lower is better)")
+    print(f"{'preset':<13}{'shape':<15}{'kueue med':>10}{'kueue p90':>10}{'volc med':>10}{'volc p90':>10}")
+    for row in presets:
+        k, v = row["kueue-tas"], row["volcano-hypernode"]
+        cells = [k["median"], k["p90"], v["median"], v["p90"]]
+        print(f"{row['preset']:<13}{row['shape']:<15}" + "".join(f"{c:>10.3f}" if c else f"{'-':>10}" for c in cells))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run both studies and print (and optionally save) the tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", type=int, default=200)
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    small, presets = optimal_study(args.small), preset_study(args.seeds)
+    _print_tables(small, presets)
+    if args.json:
+        args.json.write_text(json.dumps({"optimal": small, "presets": presets}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

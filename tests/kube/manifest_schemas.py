@@ -1,0 +1,157 @@
+"""JSON schemas for the non-core manifests, written from the upstream Go types (every object closed).
+
+Sources: kube-scheduler `k8s.io/kube-scheduler/config/v1` (KubeSchedulerConfiguration, Extender),
+Kueue `apis/kueue/v1alpha1` (Topology) and `v1beta1` (ResourceFlavor, ClusterQueue, LocalQueue),
+Prometheus Operator `monitoring.coreos.com/v1` ServiceMonitor, Kubeflow training-operator
+`kubeflow.org/v1` PyTorchJob, Volcano scheduler configuration (`pkg/scheduler/conf`).  Pod
+templates and ObjectMeta are left to the strict `kubernetes` model check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STRING: dict[str, Any] = {"type": "string"}
+BOOL: dict[str, Any] = {"type": "boolean"}
+INT: dict[str, Any] = {"type": "integer"}
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+DURATION: dict[str, Any] = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"}
+QUANTITY: dict[str, Any] = {"type": ["integer", "string"]}
+PERCENT: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": 100}
+
+
+def closed(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An object schema that rejects unknown fields."""
+    return {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
+
+
+def array(items: dict[str, Any], min_items: int = 0) -> dict[str, Any]:
+    """A list of `items`."""
+    return {"type": "array", "items": items, "minItems": min_items}
+
+
+def string_map(values: dict[str, Any] = STRING) -> dict[str, Any]:
+    """map[string]`values`."""
+    return {"type": "object", "additionalProperties": values}
+
+
+def resource(api_version: str, kind: str, spec: dict[str, Any], spec_required: bool = True) -> dict[str, Any]:
+    """A top-level object: apiVersion, kind, metadata (checked separately), spec."""
+    return closed({"apiVersion": {"const": api_version}, "kind": {"const": kind}, "metadata": ANY_OBJECT,
+                   "spec": spec, "status": ANY_OBJECT}, ("apiVersion", "kind", "metadata") + (("spec",) if spec_required else ()))
+
+
+LABEL_SELECTOR = closed({"matchLabels": string_map(), "matchExpressions": array(closed(
+    {"key": STRING, "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]}, "values": array(STRING)},
+    ("key", "operator")))})
+
+# ----- kubescheduler.config.k8s.io/v1 --------------------------------------------------------------
+PLUGIN_SET = closed({"enabled": array(closed({"name": STRING, "weight": INT}, ("name",))),
+                     "disabled": array(closed({"name": STRING, "weight": INT}, ("name",)))})
+EXTENSION_POINTS = ("preEnqueue", "queueSort", "preFilter", "filter", "postFilter", "preScore", "score", "reserve",
+                    "permit", "preBind", "bind", "postBind", "multiPoint", "placementGenerate", "placementScore",
+                    "placementFeasible", "podGroupPostFilter")
+EXTENDER = closed({
+    "urlPrefix": {"type": "string", "pattern": "^https?://"}, "filterVerb": STRING, "preemptVerb": STRING,
+    "prioritizeVerb": STRING, "weight": {"type": "integer", "minimum": 1}, "bindVerb": STRING, "enableHTTPS": BOOL,
+    "tlsConfig": closed({k: STRING for k in ("serverName", "certFile", "keyFile", "caFile", "certData", "keyData", "caData")}
+                        | {"insecure": BOOL}),
+    "httpTimeout": DURATION, "nodeCacheCapable": BOOL, "ignorable": BOOL,
+    "managedResources": array(closed({"name": STRING, "ignoredByScheduler": BOOL}, ("name",))),
+}, ("urlPrefix",))
+KUBE_SCHEDULER_CONFIGURATION = closed({
+    "apiVersion": {"const": "kubescheduler.config.k8s.io/v1"}, "kind": {"const": "KubeSchedulerConfiguration"},
+    "parallelism": {"type": "integer", "minimum": 1},
+    "leaderElection": closed({"leaderElect": BOOL, "leaseDuration": DURATION, "renewDeadline": DURATION,
+                              "retryPeriod": DURATION, "resourceLock": STRING, "resourceName": STRING,
+                              "resourceNamespace": STRING}),
+    "clientConnection": closed({"kubeconfig": STRING, "acceptContentTypes": STRING, "contentType": STRING,
+                                "qps": {"type": "number"}, "burst": INT}),
+    "enableProfiling": BOOL, "enableContentionProfiling": BOOL,
+    "percentageOfNodesToScore": PERCENT, "percentageOfPlacementsToScore": PERCENT,
+    "podInitialBackoffSeconds": {"type": "integer", "minimum": 1}, "podMaxBackoffSeconds": {"type": "integer", "minimum": 1},
+    "profiles": array(closed({"schedulerName": STRING, "percentageOfNodesToScore": PERCENT,
+                              "percentageOfPlacementsToScore": PERCENT,
+                              "plugins": closed({p: PLUGIN_SET for p in EXTENSION_POINTS}),
+                              "pluginConfig": array(closed({"name": STRING, "args": ANY_OBJECT}, ("name",)))})),
+    "extenders": array(EXTENDER),
+    "delayCacheUntilActive": BOOL,
+}, ("apiVersion", "kind"))
+
+# ----- Kueue -----------------------------------------------------------------------------------------
+KUEUE_TOPOLOGY = resource("kueue.x-k8s.io/v1alpha1", "Topology", closed(
+    {"levels": array(closed({"nodeLabel": STRING}, ("nodeLabel",)), 1) | {"maxItems": 8}}, ("levels",)))
+TAINT = closed({"key": STRING, "value": STRING, "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+                "timeAdded": STRING}, ("key", "effect"))
+TOLERATION = closed({"key": STRING, "operator": {"enum": ["Exists", "Equal"]}, "value": STRING, "effect": STRING,
+                     "tolerationSeconds": INT})
+RESOURCE_FLAVOR = resource("kueue.x-k8s.io/v1beta1", "ResourceFlavor", closed(
+    {"nodeLabels": string_map(), "nodeTaints": array(TAINT), "tolerations": array(TOLERATION), "topologyName": STRING}),
+    spec_required=False)
+RESOURCE_QUOTA = closed({"name": STRING, "nominalQuota": QUANTITY, "borrowingLimit": QUANTITY, "lendingLimit": QUANTITY},
+                        ("name", "nominalQuota"))
+CLUSTER_QUEUE = resource("kueue.x-k8s.io/v1beta1", "ClusterQueue", closed({
+    "resourceGroups": array(closed({"coveredResources": array(STRING, 1),
+                                    "flavors": array(closed({"name": STRING, "resources": array(RESOURCE_QUOTA, 1)},
+                                                            ("name", "resources")), 1)},
+                                   ("coveredResources", "flavors"))),
+    "cohort": STRING, "queueingStrategy": {"enum": ["StrictFIFO", "BestEffortFIFO"]},
+    "namespaceSelector": LABEL_SELECTOR, "flavorFungibility": ANY_OBJECT, "preemption": ANY_OBJECT,
+    "admissionChecks": array(STRING), "admissionChecksStrategy": ANY_OBJECT,
+    "stopPolicy": {"enum": ["None", "Hold", "HoldAndDrain"]}, "fairSharing": ANY_OBJECT, "admissionScope": ANY_OBJECT}))
+LOCAL_QUEUE = resource("kueue.x-k8s.io/v1beta1", "LocalQueue", closed(
+    {"clusterQueue": STRING, "stopPolicy": {"enum": ["None", "Hold", "HoldAndDrain"]}, "fairSharing": ANY_OBJECT}))
+
+# ----- Prometheus Operator ---------------------------------------------------------------------------
+SERVICE_MONITOR = resource("monitoring.coreos.com/v1", "ServiceMonitor", closed({
+    "selector": LABEL_SELECTOR, "jobLabel": STRING, "targetLabels": array(STRING), "podTargetLabels": array(STRING),
+    "namespaceSelector": closed({"any": BOOL, "matchNames": array(STRING)}), "sampleLimit": INT,
+    "endpoints": array(closed({
+        "port": STRING, "targetPort": QUANTITY, "path": STRING, "scheme": {"enum": ["http", "https"]},
+        "params": ANY_OBJECT, "interval": DURATION, "scrapeTimeout": DURATION, "honorLabels": BOOL,
+        "honorTimestamps": BOOL, "relabelings": array(ANY_OBJECT), "metricRelabelings": array(ANY_OBJECT),
+        "tlsConfig": ANY_OBJECT, "bearerTokenSecret": ANY_OBJECT, "authorization": ANY_OBJECT,
+        "followRedirects": BOOL, "enableHttp2": BOOL, "proxyUrl": STRING})),
+}, ("selector",)))
+
+# ----- Kubeflow training operator --------------------------------------------------------------------
+REPLICA_SPEC = closed({"replicas": {"type": "integer", "minimum": 0}, "template": ANY_OBJECT,
+                       "restartPolicy": {"enum": ["Always", "OnFailure", "Never", "ExitCode"]}}, ("template",))
+PYTORCH_JOB = resource("kubeflow.org/v1", "PyTorchJob", closed({
+    "runPolicy": ANY_OBJECT, "elasticPolicy": ANY_OBJECT, "nprocPerNode": STRING,
+    "pytorchReplicaSpecs": {"type": "object", "properties": {"Master": REPLICA_SPEC, "Worker": REPLICA_SPEC},
+                            "additionalProperties": False, "minProperties": 1},
+}, ("pytorchReplicaSpecs",)))
+
+# ----- Volcano scheduler configuration ---------------------------------------------------------------
+VOLCANO_PLUGIN_FLAGS = ("enabledJobOrder", "enabledNamespaceOrder", "enabledHierarchy", "enabledJobReady",
+                        "enabledJobPipelined", "enabledTaskOrder", "enabledPreemptable", "enabledReclaimable",
+                        "enablePreemptive", "enabledQueueOrder", "enabledClusterOrder", "enabledPredicate",
+                        "enabledBestNode", "enabledNodeOrder", "enabledTargetJob", "enabledReservedNodes",
+                        "enabledJobEnqueued", "enabledVictim", "enabledJobStarving", "enabledOverused",
+                        "enabledAllocatable")
+VOLCANO_SCHEDULER_CONF = closed({
+    "actions": {"type": "string", "pattern": r"^\s*[a-z]+(\s*,\s*[a-z]+)*\s*$"},
+    "tiers": array(closed({"plugins": array(closed({"name": STRING, "arguments": string_map({"type": ["string", "number", "boolean"]})}
+                                                   | {flag: BOOL for flag in VOLCANO_PLUGIN_FLAGS}, ("name",)), 1)},
+                          ("plugins",)), 1),
+    "configurations": array(closed({"name": STRING, "arguments": ANY_OBJECT}, ("name",))),
+    "metrics": ANY_OBJECT,
+}, ("actions", "tiers"))
+
+VOLCANO_EXTENDER_ARGUMENTS = ("extender.urlPrefix", "extender.httpTimeout", "extender.onSessionOpenVerb",
+                              "extender.onSessionCloseVerb", "extender.predicateVerb", "extender.prioritizeVerb",
+                              "extender.preemptableVerb", "extender.reclaimableVerb", "extender.queueOverusedVerb",
+                              "extender.jobEnqueueableVerb", "extender.jobReadyVerb", "extender.ignorable")
+"""Argument keys Volcano's extender plugin reads (pkg/scheduler/plugins/extender/extender.go)."""
+
+SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
+    ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration"): KUBE_SCHEDULER_CONFIGURATION,
+    ("kueue.x-k8s.io/v1alpha1", "Topology"): KUEUE_TOPOLOGY,
+    ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): RESOURCE_FLAVOR,
+    ("kueue.x-k8s.io/v1beta1", "ClusterQueue"): CLUSTER_QUEUE,
+    ("kueue.x-k8s.io/v1beta1", "LocalQueue"): LOCAL_QUEUE,
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICE_MONITOR,
+    ("kubeflow.org/v1", "PyTorchJob"): PYTORCH_JOB,
+}
+"""(apiVersion, kind) -> schema of the whole object."""

@@ -169,8 +169,31 @@ def run_command(
     print_run_summary(result, output)
 
 
+def render_command(
+    job: Path = typer.Option(..., "--job", help="PyTorchJob, JobSet or TrainJob manifest."),
+    placement: Path = typer.Option(..., "--placement", help="`meshfit place -o json` output for that job."),
+    output_file: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the YAML here (default: stdout)."),
+) -> None:
+    """Render the job pinned to its placement's nodes, with /dev/shm and the rank environment."""
+    import yaml
+
+    from plugins.handoffs.render import render_files
+    from scheduler.jobs import JobSpecError
+
+    try:
+        objects = render_files(job, placement)
+    except (JobSpecError, ValueError, KeyError, TypeError) as exc:
+        fail(f"meshfit render: {exc}")
+    text = yaml.safe_dump_all(objects, sort_keys=False)
+    if output_file is None:
+        print(text, end="")
+    else:
+        output_file.write_text(text)
+
+
 def register(app: typer.Typer) -> None:
     """Add `launch`, `render` and `run` to the meshfit app."""
     app.command("launch", help=LAUNCH_HELP,
                 context_settings={"allow_interspersed_args": False})(launch_command)
     app.command("run")(run_command)
+    app.command("render")(render_command)

@@ -158,10 +158,31 @@ def pod_gpus(pod: dict) -> int:
 
 
 # ----- job settings: pod annotations first, the owner object fills the gaps --------------------------
+_OWNER_SETTINGS_CACHE: dict[tuple[str, ...], tuple[dict[str, str], str | None, str | None]] = {}
+_OWNER_SETTINGS_CACHE_SIZE = 4096
+
+
 def owner_settings(owner: Mapping[str, Any] | None) -> tuple[dict[str, str], str | None, str | None]:
-    """Known annotations of a job object (metadata + templates) and any spec-level required/preferred level."""
+    """Known annotations of a job object (metadata + templates) and any spec-level required/preferred level.
+
+    Memoised per object version (uid + resourceVersion): every member of a gang asks for the same owner.
+    """
     if not isinstance(owner, Mapping):
         return {}, None, None
+    meta = metadata(owner)
+    key = (str(owner.get("apiVersion")), str(owner.get("kind")), str(meta.get("uid") or ""),
+           str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("resourceVersion") or ""))
+    if not meta.get("resourceVersion"):
+        return _owner_settings(owner)
+    cached = _OWNER_SETTINGS_CACHE.get(key)
+    if cached is None:
+        if len(_OWNER_SETTINGS_CACHE) >= _OWNER_SETTINGS_CACHE_SIZE:
+            _OWNER_SETTINGS_CACHE.clear()
+        cached = _OWNER_SETTINGS_CACHE[key] = _owner_settings(owner)
+    return cached
+
+
+def _owner_settings(owner: Mapping[str, Any]) -> tuple[dict[str, str], str | None, str | None]:
     kind, group = owner.get("kind"), api_group(owner.get("apiVersion"))
     sources: list[tuple[str, Mapping[str, Any]]] = [("metadata", annotations(owner))]
     required = preferred = None

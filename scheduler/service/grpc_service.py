@@ -14,7 +14,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from scheduler.jobs import JobSpecError, ModelShape, Parallelism, TopologyConstraint
-from scheduler.membership import Membership, gang_from_membership
+from plugins.gangs.base import GangMembership as Membership
+from scheduler.membership import gang_from_membership
 from scheduler.placement import Placement
 from scheduler.service.proto.meshfit.v1 import placement_pb2 as pb
 from scheduler.service.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc

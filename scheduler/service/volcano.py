@@ -14,7 +14,8 @@ from __future__ import annotations
 import msgspec
 
 from scheduler.jobs import JobSpecError, Parallelism
-from scheduler.membership import Membership, gang_from_membership, identify, pod_gpus
+from plugins.gangs.base import GangMembership as Membership
+from scheduler.membership import gang_from_membership, identify, pod_gpus
 from scheduler.service.scheduling import GangScheduler
 from topology.model import TopologyError
 

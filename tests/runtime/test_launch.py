@@ -105,8 +105,8 @@ def test_waits_for_the_rank_table_then_times_out_with_progress(tmp_path):
     table = tmp_path / "ranks.json"
     table.write_text(json.dumps(rank_table_document(placement, "job-0", bound_pods={0, 1})))
     naps = []
-    with pytest.raises(AssignmentError, match=r"not complete after 3s \(2 of 4 pods bound\)"):
-        wait_for_gang(assignment, table, timeout=3, poll=1, sleep=naps.append)
+    with pytest.raises(AssignmentError, match=r"not complete after 0.5s \(2 of 4 pods bound\)"):
+        wait_for_gang(assignment, table, timeout=0.5, poll=0.4, sleep=naps.append)
     assert naps  # it polled instead of failing at once
     table.write_text(json.dumps(rank_table_document(placement, "job-0")))
     wait_for_gang(assignment, table, timeout=0, sleep=naps.append)

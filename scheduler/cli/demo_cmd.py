@@ -1,5 +1,5 @@
 """`meshfit demo`: the whole path on one machine — a generated cluster, a 3D-parallel job placed by
-meshfit next to `kueue-tas`, and the job trained locally with the layout meshfit chose."""
+meshfit next to `kueue-tas` and `volcano-hypernode`, and the job trained locally with the layout meshfit chose."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from scheduler.cli.common import OutputFormat, OutputOption, console, fail, prin
 
 DEMO_PRESET = "hgx-h100"
 DEMO_NODES = 8
-DEMO_USED_FRACTION = 0.5
+DEMO_USED_FRACTION = 0.7
 DEMO_MODEL = "params=1.3e9,layers=24,hidden=2048,seq=2048,micro-batch=1,global-batch=64"
-COMPARED_POLICIES = ("meshfit", "kueue-tas")
+COMPARED_POLICIES = ("meshfit", "kueue-tas", "volcano-hypernode")
 
 
 def demo_gang():
@@ -57,7 +57,7 @@ def demo_command(
     seed: int = typer.Option(0, "--seed", help="Seed of the generated cluster and of the model."),
     output: OutputFormat = OutputOption,
 ) -> None:
-    """Generate a small cluster, place a tp=2 pp=2 dp=2 job, compare with kueue-tas, and train it locally."""
+    """Generate a small cluster, place a tp=2 pp=2 dp=2 job, compare with the baselines, and train it locally."""
     from scheduler.cli.place_cmd import render_table
     from scheduler.cli.runtime_cmd import _import_runtime, _runtime_errors, print_run_summary, run_with_progress
     from topology.generator import generate_cluster

@@ -75,12 +75,15 @@ class SlotView:
         """Pods that fit in `domain` (ROOT = the cluster)."""
         return self.total if domain == ROOT else int(self.domain_slots[domain])
 
-    def aligned_caps(self, block: int) -> np.ndarray:
-        """Per domain, how many whole blocks of `block` pods fit inside domains of the deepest level able to hold one."""
+    def aligned_caps(self, block: int, base: np.ndarray | None = None, key: object = None) -> np.ndarray:
+        """Per domain, how many whole blocks of `block` pods fit inside domains of the deepest level able to hold one.
+
+        `base` (pods usable per domain, default the free slots) lets callers count only slots that keep
+        smaller inner blocks aligned too; `key` names that base for the cache."""
         cache = self.__dict__.setdefault("_aligned", {})
-        if block not in cache:
+        if (block, key) not in cache:
             tree = self.tree
-            caps = self.domain_slots // block
+            caps = (self.domain_slots if base is None else base) // block
             holders = np.flatnonzero(caps > 0)
             if holders.size:
                 deepest = int(tree.domain_level[holders].max())
@@ -90,8 +93,16 @@ class SlotView:
                     summed = np.bincount(tree.ancestors[at_level, level], weights=caps[at_level],
                                          minlength=caps.shape[0]).astype(np.int64)
                     caps = np.where(above, summed, caps)
-            cache[block] = caps
-        return cache[block]
+            cache[(block, key)] = caps
+        return cache[(block, key)]
+
+    def nested_caps(self, blocks: tuple[int, ...]) -> np.ndarray:
+        """Per domain, whole blocks of `blocks[-1]` pods that fit with every smaller block of `blocks` aligned as well."""
+        caps = self.domain_slots
+        for position, block in enumerate(blocks):
+            base = caps if position == 0 else caps * blocks[position - 1]
+            caps = self.aligned_caps(block, base, blocks[:position])
+        return caps
 
 
 def slot_view(gang: Gang, topo: ClusterTopology) -> SlotView:
@@ -212,12 +223,15 @@ def choose_children(caps: list[int], leftovers: list[int], need: int, strategy: 
 
 
 def _block_caps(view: SlotView, kids: list[int], pods: int, blocks: list[int]) -> tuple[int, list[int]]:
-    """Largest block (and per-child block capacity) that covers `pods`, aligned deeper when possible."""
-    for block in sorted(blocks, reverse=True):
-        if block > pods or pods % block:
-            continue
-        aligned = view.aligned_caps(block)
-        for caps in ([int(aligned[c]) for c in kids], [int(view.domain_slots[c]) // block for c in kids]):
+    """Largest block (and per-child block capacity) covering `pods`: first with every inner block aligned too,
+    then with only this block aligned, then unaligned."""
+    usable = [b for b in sorted(blocks, reverse=True) if b <= pods and pods % b == 0]
+    kinds = (lambda b: view.nested_caps(tuple(x for x in blocks if x <= b and b % x == 0)),
+             view.aligned_caps, lambda b: view.domain_slots // b)
+    for caps_of in kinds:
+        for block in usable:
+            table = caps_of(block)
+            caps = [int(table[c]) for c in kids]
             if sum(caps) >= pods // block:
                 return block, caps
     return 1, [int(view.domain_slots[c]) for c in kids]

@@ -2,14 +2,15 @@
 
 Run the full study (prints two tables and writes JSON when given a path):
 
-    python tests/bench/placement_quality.py [--small 200] [--seeds 8] [--json out.json]
+    python tests/bench/placement_quality.py [--small 200] [--seeds 3] [--presets a,b] [--json out.json]
 
 Small instances: <= 16 nodes with random partial occupancy, drawn from hand-shaped spine/rack/NVLink
 clusters (with and without spine oversubscription) and from every preset's labels (Topograph old and
 new keys, NVIDIA clique, GKE, AWS), jobs of <= 12 pods with random tp/pp/dp(/cp).  Ratio = meshfit's
 predicted step time / optimal's; only instances optimal proved are counted.
-Presets: 3D jobs on generated clusters at 50% random occupancy; ratio = meshfit / baseline (< 1 means
-meshfit is faster), median and p90 per preset and job shape.
+Presets (see `placement_preset_study`): preset x fabric (non-blocking, 2:1, 4:1 above the leaf) x
+fragmented occupancy (30/50/70%) x job shape x rank order; ratio = meshfit / baseline (< 1 means
+meshfit is faster): median, p90, min and the share better / equal / worse.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 from pathlib import Path
 
@@ -28,14 +28,9 @@ from plugins.policies import get_policy  # noqa: E402
 from scheduler.engine import place  # noqa: E402
 from scheduler.jobs import Gang, ModelShape, Parallelism, PodSlot  # noqa: E402
 from tests.placement.placement_builders import make_cluster  # noqa: E402
+from tests.bench.placement_preset_study import PRESETS, markdown_table, run_grid, summarize  # noqa: E402
 from topology.generator import generate_cluster  # noqa: E402
 
-PRESETS = ("hgx-h100", "gb200-nvl72", "gke-a3", "aws-p5")
-PRESET_NODES = {"hgx-h100": 512, "gb200-nvl72": 1152, "gke-a3": 512, "aws-p5": 512}
-SHAPES = {  # name -> (tp, pp, dp) per GPUs-per-node
-    8: [("tp8-pp4-dp8", 8, 4, 8), ("tp8-pp8-dp16", 8, 8, 16), ("tp4-pp4-dp16", 4, 4, 16)],
-    4: [("tp16-pp4-dp4", 16, 4, 4), ("tp8-pp8-dp8", 8, 8, 8), ("tp4-pp4-dp16", 4, 4, 16)],
-}
 MODEL = ModelShape(params=70e9, layers=80, hidden=8192, seq=4096, micro_batch=1, global_batch=512)
 
 
@@ -106,51 +101,27 @@ def summarize_optimal(ratios: list[float], unproven: int) -> dict:
             "p99": _quantile(ratios, 0.99) if ratios else None, "max": max(ratios) if ratios else None}
 
 
-def preset_study(seeds: int, presets=PRESETS, occupancy: float = 0.5) -> list[dict]:
-    """Median / p90 of meshfit / baseline per preset and 3D job shape."""
-    rows = []
-    for preset in presets:
-        clusters = [generate_cluster(preset, PRESET_NODES[preset], seed=s, used_fraction=occupancy) for s in range(seeds)]
-        g = clusters[0].nodes[0].gpus_total
-        for shape, tp, pp, dp in SHAPES[g]:
-            ratios = {"kueue-tas": [], "volcano-hypernode": []}
-            for topo in clusters:
-                gang = make_job(tp, pp, dp, g)
-                ours = place(gang, topo, "meshfit")
-                for baseline, values in ratios.items():
-                    theirs = place(gang, topo, baseline)
-                    if ours.placed and theirs.placed:
-                        values.append(ours.cost.step_comm_seconds / theirs.cost.step_comm_seconds)
-            row = {"preset": preset, "shape": shape}
-            for baseline, values in ratios.items():
-                row[baseline] = {"n": len(values), "median": _quantile(values, 0.5) if values else None,
-                                 "p90": _quantile(values, 0.9) if values else None}
-            rows.append(row)
-    return rows
-
-
-def _print_tables(small: dict, presets: list[dict]) -> None:
+def _print_small(small: dict) -> None:
     print("meshfit / optimal on <=16-node instances")
     print("  " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in small.items()))
-    print("\nmeshfit / baseline predicted step time (lower is better)")
-    print(f"{'preset':<13}{'shape':<15}{'kueue med':>10}{'kueue p90':>10}{'volc med':>10}{'volc p90':>10}")
-    for row in presets:
-        k, v = row["kueue-tas"], row["volcano-hypernode"]
-        cells = [k["median"], k["p90"], v["median"], v["p90"]]
-        print(f"{row['preset']:<13}{row['shape']:<15}" + "".join(f"{c:>10.3f}" if c else f"{'-':>10}" for c in cells))
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run both studies and print (and optionally save) the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=200)
-    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--presets", default=",".join(PRESETS))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    small, presets = optimal_study(args.small), preset_study(args.seeds)
-    _print_tables(small, presets)
+    small = optimal_study(args.small)
+    _print_small(small)
+    records = run_grid(args.seeds, presets=tuple(args.presets.split(",")))
+    for keys in (("preset", "fabric", "shape"), ("preset", "fabric"), ("fabric",)):
+        print(f"\nmeshfit / baseline predicted step time by {' x '.join(keys)} (lower is better)\n")
+        print(markdown_table(summarize(records, keys), keys))
     if args.json:
-        args.json.write_text(json.dumps({"optimal": small, "presets": presets}, indent=2))
+        args.json.write_text(json.dumps({"optimal": small, "records": records}, indent=2))
 
 
 if __name__ == "__main__":

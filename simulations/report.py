@@ -82,3 +82,12 @@ def write_outputs(out_dir: Path, results: list[RunResult], wall_seconds: float,
 
         plot_runs(out_dir, results, multi_seed)
     return document
+
+
+def markdown_table(document: dict[str, Any]) -> str:
+    """A Markdown table of a `summary.json` document (for READMEs and RESULTS.md)."""
+    lines = ["| policy | " + " | ".join(SUMMARY_KEYS) + " |", "|---" * (len(SUMMARY_KEYS) + 1) + "|"]
+    for name, row in document["policies"].items():
+        cells = [f"{row[k]:.4g}" if isinstance(row[k], float) else str(row[k]) for k in SUMMARY_KEYS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

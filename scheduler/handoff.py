@@ -14,7 +14,10 @@ import json
 from dataclasses import dataclass
 from typing import Mapping
 
-from scheduler.jobs import AXES, AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, JobSpecError, Parallelism, parse_rank_order
+from scheduler.jobs import (
+    ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, AUTO_RANK_ORDER, AXES, DEFAULT_RANK_ORDER, JobSpecError, Parallelism,
+    parse_rank_order,
+)
 from scheduler.layout import rank_to_coords
 from scheduler.placement import Placement
 
@@ -22,17 +25,23 @@ ANNOTATION_GANG = "meshfit.io/gang"
 ANNOTATION_POD_INDEX = "meshfit.io/pod-index"
 ANNOTATION_RANKS = "meshfit.io/ranks"
 ANNOTATION_COORDS = "meshfit.io/coords"
-ANNOTATION_RANK_ORDER = "meshfit.io/rank-order"
 ANNOTATION_WORLD_SIZE = "meshfit.io/world-size"
 ANNOTATION_MASTER_ADDR = "meshfit.io/master-addr"
 ANNOTATION_MASTER_PORT = "meshfit.io/master-port"
-ANNOTATION_PARALLELISM = "meshfit.io/parallelism"
+ANNOTATION_POD_NODES = "meshfit.io/pod-nodes"
+"""Set by `meshfit render` on a pinned template: the nodes its pods were placed on (informational)."""
+# ANNOTATION_PARALLELISM and ANNOTATION_RANK_ORDER are the job annotations of `scheduler.jobs`: a bound
+# pod carries the values the placement used under the same keys.
 
 ASSIGNMENT_ANNOTATIONS = (
     ANNOTATION_GANG, ANNOTATION_POD_INDEX, ANNOTATION_RANKS, ANNOTATION_COORDS, ANNOTATION_RANK_ORDER,
     ANNOTATION_WORLD_SIZE, ANNOTATION_MASTER_ADDR, ANNOTATION_MASTER_PORT, ANNOTATION_PARALLELISM,
 )
 """Every annotation a bound pod carries; all are required when parsing."""
+
+BIND_ONLY_ANNOTATIONS = (ANNOTATION_RANKS, ANNOTATION_COORDS, ANNOTATION_WORLD_SIZE, ANNOTATION_MASTER_ADDR,
+                         ANNOTATION_MASTER_PORT)
+"""The assignment annotations only a meshfit bind writes (the others may be inherited from the job's template)."""
 
 DEFAULT_MASTER_PORT = 29500
 """torch.distributed's conventional rendezvous port."""

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from scheduler.handoff import DEFAULT_MASTER_PORT, AssignmentError, PodAssignment
-from scheduler.jobs import AXES, JobSpecError, Parallelism, parse_rank_order
+from scheduler.handoff import ANNOTATION_GANG, DEFAULT_MASTER_PORT, AssignmentError, PodAssignment
+from scheduler.jobs import ANNOTATION_RANK_ORDER, AXES, JobSpecError, Parallelism, parse_rank_order
 from scheduler.layout import rank_to_coords
 from scheduler.placement import Placement
 
@@ -60,7 +60,7 @@ def rank_table_configmap(placement: Placement, master_addr: str, master_port: in
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": configmap_name(gang.name), "namespace": gang.namespace,
                      "labels": {"app.kubernetes.io/managed-by": "meshfit", "meshfit.io/gang-name": gang.name[:63]},
-                     "annotations": {"meshfit.io/gang": gang.key, "meshfit.io/rank-order": placement.rank_order}},
+                     "annotations": {ANNOTATION_GANG: gang.key, ANNOTATION_RANK_ORDER: placement.rank_order}},
         "data": {RANK_TABLE_KEY: json.dumps(document, indent=1)},
     }
 

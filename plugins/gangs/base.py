@@ -19,6 +19,7 @@ from scheduler.jobs import (
     ANNOTATION_REQUIRED_LEVEL, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, JobSpecError,
     ModelShape, Parallelism, TopologyConstraint, _parse_kv,
 )
+from scheduler.handoff import ANNOTATION_GANG, ANNOTATION_POD_INDEX
 from scheduler.manifest_kinds import READERS
 from scheduler.manifests import KNOWN_KEYS, merged_annotations
 from topology.k8s import pod_gpu_request
@@ -27,8 +28,8 @@ from topology.model import TopologyError
 Lookup = Callable[[str, str, str], "dict | None"]
 """`lookup(kind, namespace, name)` -> the cached object (plain k8s JSON dict) or None."""
 
-LABEL_GANG = "meshfit.io/gang"
-ANNOTATION_POD_INDEX = "meshfit.io/pod-index"
+LABEL_GANG = ANNOTATION_GANG
+"""`meshfit.io/gang`: as a label it makes a pod a gang member; as an annotation a bind records it."""
 ANNOTATION_GANG_SIZE = "meshfit.io/gang-size"
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"

@@ -12,7 +12,7 @@ import copy
 from typing import Any
 
 from plugins.handoffs.podspec import pod_environment, render_pod_template
-from scheduler.handoff import DEFAULT_MASTER_PORT
+from scheduler.handoff import ANNOTATION_POD_INDEX, DEFAULT_MASTER_PORT
 from scheduler.placement import Placement
 
 NAME = "jobset"
@@ -54,7 +54,7 @@ class JobSetHandoff:
                 node = placement.pod_nodes[index]
                 spec["template"] = render_pod_template(
                     spec["template"], [node], pod_environment(placement, index, master, master_port),
-                    {"meshfit.io/pod-index": str(index)})
+                    {ANNOTATION_POD_INDEX: str(index)})
                 split.append(single)
                 index += 1
         rendered["spec"]["replicatedJobs"] = split

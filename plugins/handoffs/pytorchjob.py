@@ -12,7 +12,7 @@ import copy
 from typing import Any
 
 from plugins.handoffs.podspec import pod_environment, render_pod_template, shared_environment
-from scheduler.handoff import DEFAULT_MASTER_PORT
+from scheduler.handoff import ANNOTATION_POD_NODES, DEFAULT_MASTER_PORT
 from scheduler.placement import Placement
 
 NAME = "pytorchjob"
@@ -45,7 +45,7 @@ class PyTorchJobHandoff:
             env = (pod_environment(placement, indices[0], master, master_port) if replicas == 1
                    else shared_environment(placement, master, master_port))
             specs[role]["template"] = render_pod_template(
-                specs[role]["template"], nodes, env, {"meshfit.io/pod-nodes": ",".join(nodes)})
+                specs[role]["template"], nodes, env, {ANNOTATION_POD_NODES: ",".join(nodes)})
             first += replicas
         return [rendered]
 

@@ -14,7 +14,7 @@ import copy
 from typing import Any
 
 from plugins.handoffs.podspec import HOSTNAME_LABEL, SHM_VOLUME, shared_environment
-from scheduler.handoff import DEFAULT_MASTER_PORT
+from scheduler.handoff import ANNOTATION_POD_NODES, DEFAULT_MASTER_PORT
 from scheduler.placement import Placement
 
 NAME = "trainjob"
@@ -51,7 +51,7 @@ class TrainJobHandoff:
             override["nodeSelector"] = selector
         spec["podSpecOverrides"] = [*(spec.get("podSpecOverrides") or []), override]
         annotations = rendered["metadata"].setdefault("annotations", {})
-        annotations["meshfit.io/pod-nodes"] = ",".join(nodes)
+        annotations[ANNOTATION_POD_NODES] = ",".join(nodes)
         return [rendered]
 
 

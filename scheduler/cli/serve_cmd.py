@@ -53,6 +53,13 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
     return state, KubeBinder(api_client)
 
 
+def kube_rank_table_publisher(binder: Any):
+    """Real mode's rank-table publisher, sharing the binder's API client."""
+    from scheduler.kube.configmap import KubeRankTablePublisher
+
+    return KubeRankTablePublisher(binder.api_client)
+
+
 def _start_grpc(scheduler, port: int, host: str):
     try:
         from scheduler.service.grpc_service import serve_grpc
@@ -92,11 +99,13 @@ def register(app: typer.Typer) -> None:
                 from topology.config import load_config
 
                 cfg = load_config(config)
+            publisher = None  # embedded mode: rank tables in memory, at GET /ranktables/{namespace}/{job}
             if cluster is not None:
                 state, binder = embedded_state(cluster, cfg, toleration, reservation_ttl)
             else:
                 state, binder = real_state(kubeconfig, cfg, toleration, reservation_ttl, policy)
-            scheduler, metrics = build_scheduler(state, binder, policy)
+                publisher = kube_rank_table_publisher(binder)
+            scheduler, metrics = build_scheduler(state, binder, policy, publisher)
         except (ValueError, OSError, ImportError) as exc:
             fail(str(exc))
         gc.collect()

@@ -1,7 +1,11 @@
-"""Publish a gang's rank-table ConfigMap (`meshfit-<job>-ranks`): create it, or replace it if it exists."""
+"""Publish a gang's rank-table ConfigMap (`meshfit-<job>-ranks`): create it, or replace it if it exists.
+
+`KubeRankTablePublisher` is the service's `RankTablePublisher` in real mode (`meshfit serve --kubeconfig`).
+"""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import msgspec
@@ -65,3 +69,26 @@ def publish_rank_table(api_client: Any, placement: Placement, master_addr: str, 
     bound = options.pop("bound_pods", None)
     configmap = rank_table_configmap(placement, master_addr, bound_pods=bound, **options)
     return publish_configmap(api_client, configmap)
+
+
+class KubeRankTablePublisher:
+    """Implements the service's `RankTablePublisher` against the API server (keeps the last copy published)."""
+
+    def __init__(self, api_client: Any, timeout: float = 5.0, attempts: int = 3) -> None:
+        self.api_client = api_client
+        self.timeout = timeout
+        self.attempts = attempts
+        self._lock = threading.Lock()
+        self._published: dict[tuple[str, str], dict] = {}
+
+    def publish(self, configmap: dict) -> None:
+        """Create or replace the ConfigMap; ConfigMapError (or the transport's error) on failure."""
+        publish_configmap(self.api_client, configmap, timeout=self.timeout, attempts=self.attempts)
+        meta = configmap["metadata"]
+        with self._lock:
+            self._published[(str(meta.get("namespace") or "default"), str(meta["name"]))] = configmap
+
+    def get(self, namespace: str, name: str) -> dict | None:
+        """The last ConfigMap published under `namespace/name` by this process, or None."""
+        with self._lock:
+            return self._published.get((namespace, name))

@@ -19,7 +19,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from scheduler.service import extender, volcano
-from scheduler.service.binding import Binder
+from scheduler.service.binding import Binder, RankTablePublisher
+from scheduler.service.ranktables import lookup_rank_table
 from scheduler.service.metrics import ServiceMetrics
 from scheduler.service.scheduling import GangScheduler
 from scheduler.state import ClusterState
@@ -28,14 +29,20 @@ JSON = "application/json"
 Handler = Callable[[GangScheduler, bytes], tuple[int, bytes]]
 
 
-def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit") -> tuple[GangScheduler, ServiceMetrics]:
-    """A `GangScheduler` wired to a fresh `ServiceMetrics`; ValueError for an unknown policy."""
+def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit",
+                    publisher: RankTablePublisher | None = None) -> tuple[GangScheduler, ServiceMetrics]:
+    """A `GangScheduler` wired to a fresh `ServiceMetrics`; ValueError for an unknown policy.
+
+    Rank tables go to `publisher` (real mode: `scheduler.kube.configmap.KubeRankTablePublisher`),
+    or stay in memory (`MemoryRankTables`, the embedded mode) when it is None.
+    """
     from plugins.policies import get_policy
 
     get_policy(policy)
     metrics = ServiceMetrics(state)
     scheduler = GangScheduler(state, binder, policy, on_placed=metrics.observe_placement,
-                              on_expired=metrics.observe_expiries)
+                              on_expired=metrics.observe_expiries, publisher=publisher,
+                              on_publish_failed=metrics.observe_publish_failure)
     return scheduler, metrics
 
 
@@ -84,8 +91,17 @@ def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[
     async def reservations(_: Request) -> Response:
         return JSONResponse(scheduler.reservations())
 
+    async def rank_table(request: Request) -> Response:
+        namespace, name = request.path_params["namespace"], request.path_params["name"]
+        configmap = lookup_rank_table(scheduler.publisher, namespace, name)
+        if configmap is None:
+            return JSONResponse({"error": f"no rank table published for job {namespace}/{name} (not placed "
+                                          f"yet, or placed before this service started)"}, 404)
+        return JSONResponse(configmap)
+
     return routes + [Route("/healthz", healthz), Route("/readyz", readyz),
-                     Route("/metrics", metrics_endpoint), Route("/reservations", reservations)]
+                     Route("/metrics", metrics_endpoint), Route("/reservations", reservations),
+                     Route("/ranktables/{namespace}/{name}", rank_table, methods=["GET"])]
 
 
 def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[], bool] = lambda: True,
@@ -98,6 +114,8 @@ def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callabl
             while True:
                 await asyncio.sleep(sweep_seconds)
                 scheduler.sweep()
+                if scheduler.rank_tables.due():
+                    await run_in_threadpool(scheduler.publish_due)  # retries failed publishes (API I/O)
 
         task = asyncio.create_task(sweeper())
         try:

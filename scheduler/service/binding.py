@@ -1,20 +1,24 @@
-"""The `Binder` extension point and the `meshfit.io/*` annotations a bound pod receives.
+"""The `Binder` and `RankTablePublisher` extension points, and what a bound gang hands to its runtime.
 
 The binding extender must create the pod's Binding itself; `KubeBinder` (scheduler.kube.binder)
 posts it to the API server, `MemoryBinder` (embedded mode, tests) keeps it in memory.  Both get
-the rank assignment as annotations, which `meshfit launch` reads through the downward API.
+the rank assignment as `meshfit.io/*` annotations built by `scheduler.handoff.annotations_for_pod`
+(the one builder of that format), which `meshfit launch` reads through the downward API.  The
+gang's rank-table ConfigMap (`scheduler.rank_table`) goes to a `RankTablePublisher`:
+`KubeRankTablePublisher` (scheduler.kube.configmap) or `MemoryRankTables` (embedded mode).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
-from scheduler.handoff import DEFAULT_MASTER_PORT, PodAssignment
-from scheduler.jobs import AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, parse_rank_order
-from scheduler.layout import rank_to_coords
-from scheduler.reservations import Reservation
-
-ANNOTATION_PREFIX = "meshfit.io/"
+from scheduler.engine import build_ranks
+from scheduler.handoff import annotations_for_pod
+from scheduler.jobs import AUTO_RANK_ORDER, DEFAULT_RANK_ORDER
+from scheduler.placement import PLACED, Placement
+from scheduler.rank_table import rank_table_configmap
+from scheduler.reservations import SLOT_BOUND, Reservation
 
 
 class BindConflict(RuntimeError):
@@ -29,17 +33,42 @@ class Binder(Protocol):
         ...
 
 
-def gang_annotations(entry: Reservation, index: int) -> dict[str, str]:
-    """Annotations for pod `index` of a reserved gang (`scheduler.handoff` format; master = pod 0's node)."""
+class RankTablePublisher(Protocol):
+    """Publishes a gang's rank-table ConfigMap (create or replace); raises on failure."""
+
+    def publish(self, configmap: dict[str, Any]) -> None:
+        """Create or replace the ConfigMap (a plain v1 ConfigMap dict)."""
+        ...
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The last ConfigMap this publisher published under `namespace/name`, or None."""
+        ...
+
+
+def reservation_placement(entry: Reservation) -> Placement:
+    """The reservation as a full Placement: pods named as seen, nodes as held, ranks under the entry's order."""
     gang = entry.gang
-    order_text = entry.placement.rank_order if entry.placement is not None else gang.rank_order
-    if order_text == AUTO_RANK_ORDER:
-        order_text = DEFAULT_RANK_ORDER
-    order = parse_rank_order(order_text)
-    ranks = tuple(gang.pod_ranks(index))
-    assignment = PodAssignment(
-        gang=gang.key, pod_index=index, ranks=ranks,
-        coords=tuple(rank_to_coords(rank, gang.parallelism, order) for rank in ranks),
-        rank_order=order_text, world_size=gang.world_size, master_addr=entry.node_of(0) or "",
-        master_port=DEFAULT_MASTER_PORT, parallelism=gang.parallelism)
-    return assignment.to_annotations()
+    names = {index: slot.pod for index, slot in entry.slots.items() if slot.pod}
+    gang = replace(gang, pods=tuple(replace(pod, name=names.get(pod.index, pod.name)) for pod in gang.pods))
+    nodes = [entry.node_of(i) or "" for i in range(len(gang.pods))]
+    order = entry.placement.rank_order if entry.placement is not None else gang.rank_order
+    if order == AUTO_RANK_ORDER:
+        order = DEFAULT_RANK_ORDER
+    policy = entry.placement.policy if entry.placement is not None else ""
+    return Placement(gang, PLACED, policy, order, None, nodes, build_ranks(gang, nodes, order))
+
+
+def master_address(entry: Reservation) -> str:
+    """The gang's rendezvous address: the node of pod 0."""
+    return entry.node_of(0) or ""
+
+
+def bind_annotations(entry: Reservation, index: int) -> dict[str, str]:
+    """The `meshfit.io/*` annotations for pod `index` of a reserved gang (`scheduler.handoff` format)."""
+    return annotations_for_pod(reservation_placement(entry), index, master_address(entry))
+
+
+def reservation_configmap(entry: Reservation) -> dict[str, Any]:
+    """The gang's rank-table ConfigMap as of now (pods not yet bound have node null)."""
+    bound = {index for index, slot in entry.slots.items() if slot.state == SLOT_BOUND}
+    return rank_table_configmap(reservation_placement(entry), master_address(entry), bound_pods=bound)

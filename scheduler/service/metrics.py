@@ -69,6 +69,9 @@ class ServiceMetrics:
         self.step_ratio = Histogram("meshfit_step_time_ratio",
                                     "Predicted step communication time / lower bound of placed gangs.",
                                     buckets=RATIO_BUCKETS, registry=self.registry)
+        self.rank_table_failures = Counter("meshfit_rank_table_publish_failures",
+                                           "Rank-table ConfigMap publishes that failed (retried later).",
+                                           registry=self.registry)
         self.registry.register(StateCollector(state))
 
     def observe_placement(self, placement: Placement) -> None:
@@ -81,6 +84,10 @@ class ServiceMetrics:
     def observe_expiries(self, count: int) -> None:
         """Count reservations released by TTL."""
         self.expiries.inc(count)
+
+    def observe_publish_failure(self, gang_key: str, error: Exception) -> None:
+        """Count a failed rank-table publish."""
+        self.rank_table_failures.inc()
 
     def exposition(self) -> bytes:
         """The Prometheus text format of everything."""

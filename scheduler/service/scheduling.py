@@ -22,7 +22,9 @@ from scheduler.membership import describe_signature, gang_from_membership, membe
 from scheduler.placement import Placement
 from scheduler.reservations import Reservation
 from scheduler.reserve_ops import place_and_reserve, reserve_remaining, shortfall_reason
-from scheduler.service.binding import Binder, gang_annotations
+from scheduler.reservations import STATUS_BOUND
+from scheduler.service.binding import Binder, RankTablePublisher, bind_annotations
+from scheduler.service.ranktables import MemoryRankTables, RankTableTracker
 from scheduler.state import ClusterState, PodRecord
 from topology.model import TopologyError
 
@@ -48,16 +50,21 @@ def sampled_out_reason(gang_key: str, index: int, node: str, offered: int) -> st
 
 
 class GangScheduler:
-    """Filter / prioritize / bind / preempt / place over one `ClusterState` and one `Binder`."""
+    """Filter / prioritize / bind / preempt / place over one `ClusterState`, one `Binder` and one
+    `RankTablePublisher` (in memory unless given)."""
 
     def __init__(self, state: ClusterState, binder: Binder, policy: str = "meshfit",
                  on_placed: Callable[[Placement], None] | None = None,
-                 on_expired: Callable[[int], None] | None = None) -> None:
+                 on_expired: Callable[[int], None] | None = None,
+                 publisher: RankTablePublisher | None = None,
+                 on_publish_failed: Callable[[str, Exception], None] | None = None) -> None:
         self.state = state
         self.binder = binder
         self.policy = policy
         self.on_placed = on_placed
         self.on_expired = on_expired
+        self.publisher = publisher if publisher is not None else MemoryRankTables()
+        self.rank_tables = RankTableTracker(state, self.publisher, on_publish_failed)
 
     # ----- housekeeping ----------------------------------------------------------------------
     def sweep(self) -> list[str]:
@@ -67,6 +74,10 @@ class GangScheduler:
         if expired and self.on_expired is not None:
             self.on_expired(len(expired))
         return expired
+
+    def publish_due(self) -> int:
+        """Publish every rank table still due (after failures); returns how many failed again."""
+        return self.rank_tables.flush()
 
     # ----- filter ------------------------------------------------------------------------------
     def filter(self, pod: dict, node_names: list[str]) -> FilterDecision:
@@ -120,12 +131,14 @@ class GangScheduler:
             if entry is None:
                 return None, shortfall_reason(gang, topo, placement)
             entry.signature = membership_signature(member)
+            self.rank_tables.mark_due(member.gang_key)
             if self.on_placed is not None:
                 self.on_placed(placement)
         elif entry.node_of(member.index) is None:
             if reserve_remaining(ledger, entry, topo, self.policy) is None:
                 return None, (f"gang {member.gang_key}: its remaining {len(entry.missing_indices())} "
                               f"member(s) do not fit next to the bound ones")
+            self.rank_tables.mark_due(member.gang_key)
         slot = entry.slots[member.index]
         if slot.state == "bound" and slot.pod not in (None, record.name):
             return None, f"slot {member.index} of gang {member.gang_key} is already bound to pod {slot.pod}"
@@ -138,11 +151,14 @@ class GangScheduler:
             error = self._check_consistent(record, entry)
             if error:
                 return FilterDecision(error=error)
+            held_before = entry.node_of(record.member.index) if entry is not None else None
             try:
                 entry, reason = self._reserve_for(record)
             except (JobSpecError, TopologyError, ValueError) as exc:
                 return FilterDecision(error=f"gang {record.member.gang_key}: {exc}")
             node = entry.node_of(record.member.index) if entry is not None else None
+        if held_before is None and node is not None:  # this call reserved: publish (node null until bound)
+            self.rank_tables.flush([record.member.gang_key])
         if node is None:
             return FilterDecision(failed={name: reason for name in node_names})
         if node in node_names:
@@ -177,7 +193,7 @@ class GangScheduler:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind through the binder with the rank annotations; returns an error text ("" on success)."""
         self.sweep()
-        annotations, assumed = {}, False
+        annotations, assumed, gang_key = {}, False, None
         with self.state.lock:
             record = self.state.pod(namespace, name)
             if record is not None and record.member is not None:
@@ -189,7 +205,7 @@ class GangScheduler:
                             f"(expired or released); it will be filtered again")
                 if held != node:
                     return f"pod {namespace}/{name} of gang {member.gang_key} is reserved on {held}, not {node}"
-                annotations = gang_annotations(entry, member.index)
+                annotations, gang_key = bind_annotations(entry, member.index), member.gang_key
             elif record is not None and record.gpus > 0 and not record.node:
                 error = self._assume_single(record, node)
                 if error:
@@ -202,7 +218,17 @@ class GangScheduler:
                 self.state.unassume(namespace, name)
             return f"binding {namespace}/{name} to {node} failed: {exc}"
         self.state.record_binding(namespace, name, node)
+        if gang_key is not None:
+            self._publish_if_bound(gang_key)
         return ""
+
+    def _publish_if_bound(self, gang_key: str) -> None:
+        """Mark the rank table due once every pod is bound; publish what is due (failures retry later)."""
+        with self.state.lock:
+            entry = self.state.ledger.get(gang_key)
+            if entry is not None and entry.status == STATUS_BOUND:
+                self.rank_tables.mark_due(gang_key)
+        self.rank_tables.flush([gang_key])
 
     def _assume_single(self, record: PodRecord, node_name: str) -> str:
         node = self.state.topology.node_by_name.get(node_name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import msgspec
 
-from scheduler.jobs import JobSpecError, Parallelism
+from scheduler.jobs import ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, JobSpecError, Parallelism
 from plugins.gangs.base import GangMembership as Membership
 from scheduler.membership import gang_from_membership, identify, pod_gpus
 from scheduler.service.scheduling import GangScheduler
@@ -134,9 +134,9 @@ def _gang_of_job(scheduler: GangScheduler, job: JobInfo):
         gpus = int(float(total)) // size if total and size else 0
     if size < 1 or gpus < 1:
         return None
-    par = annotations.get("meshfit.io/parallelism")
+    par = annotations.get(ANNOTATION_PARALLELISM)
     member = Membership(f"{job.Namespace or 'default'}/{job.Name}", 0, size, "volcano-job",
-                        Parallelism.parse(par) if par else None, annotations.get("meshfit.io/rank-order"),
+                        Parallelism.parse(par) if par else None, annotations.get(ANNOTATION_RANK_ORDER),
                         gpus_per_pod=gpus)
     return gang_from_membership(member)
 

@@ -1,0 +1,103 @@
+"""Rank-table publishing for bound gangs: when, what, and retrying after failures.
+
+`GangScheduler` marks a gang due when its reservation is created (pods not yet bound have node
+null) and when it becomes fully bound; `RankTableTracker.flush` builds the ConfigMap under the
+state lock and publishes it outside it.  A failed publish never fails the bind: it is logged,
+counted (`on_failure`) and stays due, so the next bind of the gang (or the service's background
+sweep) tries again.  `MemoryRankTables` is the embedded mode's publisher, read back at
+`GET /ranktables/{namespace}/{name}`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable
+
+from scheduler.rank_table import configmap_name
+from scheduler.service.binding import RankTablePublisher, reservation_configmap
+from scheduler.state import ClusterState
+
+log = logging.getLogger("meshfit.service")
+
+
+class MemoryRankTables:
+    """Implements `RankTablePublisher` in memory: ConfigMaps by (namespace, name)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def publish(self, configmap: dict[str, Any]) -> None:
+        """Store (or replace) the ConfigMap."""
+        meta = configmap["metadata"]
+        with self._lock:
+            self.configmaps[(str(meta.get("namespace") or "default"), str(meta["name"]))] = configmap
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The stored ConfigMap, or None."""
+        with self._lock:
+            return self.configmaps.get((namespace, name))
+
+
+def lookup_rank_table(publisher: RankTablePublisher, namespace: str, name: str) -> dict[str, Any] | None:
+    """The ConfigMap of job `name` (or the ConfigMap named `name`) the publisher last published."""
+    return publisher.get(namespace, configmap_name(name)) or publisher.get(namespace, name)
+
+
+class RankTableTracker:
+    """Which gangs' rank tables are due, and publishing them with retry on the next attempt."""
+
+    def __init__(self, state: ClusterState, publisher: RankTablePublisher,
+                 on_failure: Callable[[str, Exception], None] | None = None,
+                 on_success: Callable[[str], None] | None = None) -> None:
+        self.state = state
+        self.publisher = publisher
+        self.on_failure = on_failure
+        self.on_success = on_success
+        self._lock = threading.Lock()
+        self._due: dict[str, int] = {}
+        """Gang key -> version; a publish clears the gang only if no newer change came meanwhile."""
+        self._publishing = threading.Lock()
+
+    def mark_due(self, gang_key: str) -> None:
+        """The gang's rank table changed (reservation created, or every pod bound)."""
+        with self._lock:
+            self._due[gang_key] = self._due.get(gang_key, 0) + 1
+
+    def due(self) -> list[str]:
+        """Gang keys whose rank table is not yet published as it stands."""
+        with self._lock:
+            return sorted(self._due)
+
+    def flush(self, gang_keys: list[str] | None = None) -> int:
+        """Publish the due rank tables (of `gang_keys`, or all); returns how many failed (they stay due)."""
+        keys = self.due() if gang_keys is None else [k for k in gang_keys if k in self._due]
+        if not keys:
+            return 0
+        failed = 0
+        with self._publishing:  # one publisher at a time keeps versions of one ConfigMap in order
+            for key in keys:
+                failed += 0 if self._publish_one(key) else 1
+        return failed
+
+    def _publish_one(self, gang_key: str) -> bool:
+        with self._lock:
+            version = self._due.get(gang_key)
+        with self.state.lock:
+            entry = self.state.ledger.get(gang_key)
+            configmap = reservation_configmap(entry) if entry is not None else None
+        if configmap is not None:
+            try:
+                self.publisher.publish(configmap)
+            except Exception as exc:  # noqa: BLE001 - any publisher failure: log, count, retry later
+                log.warning("publishing the rank table of gang %s failed (will retry): %s", gang_key, exc)
+                if self.on_failure is not None:
+                    self.on_failure(gang_key, exc)
+                return False
+            if self.on_success is not None:
+                self.on_success(gang_key)
+        with self._lock:
+            if self._due.get(gang_key) == version:
+                del self._due[gang_key]
+        return True

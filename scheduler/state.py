@@ -2,7 +2,8 @@
 
 It owns the `ClusterTopology` (rebuilt from node labels via `topology.loaders.topology_from_objects`),
 the pods by uid with the GPUs they hold, the gang objects (PodGroups, JobSets, Jobs, Workloads...)
-by (kind, namespace, name), and the reservation ledger.  The watch loop feeds it through
+by (API group, kind, namespace, name) -- a Volcano and a coscheduling PodGroup of the same name are two
+objects -- and the reservation ledger.  The watch loop feeds it through
 `replace_all` / `upsert_*` / `delete_*`; the extender, Volcano and gRPC handlers make their
 decisions under its single re-entrant `lock`, so place-and-reserve is one critical section.
 
@@ -17,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from plugins.gangs.base import api_group, split_kind
 from scheduler.jobs import JobSpecError
 from scheduler.membership import gang_from_membership, identify
 from scheduler.reservations import DEFAULT_TTL_SECONDS, ReservationLedger
@@ -78,7 +80,9 @@ class ClusterState:
         self._node_signatures: dict[str, tuple] = {}
         self.pods: dict[str, PodRecord] = {}
         self._uid_by_name: dict[tuple[str, str], str] = {}
-        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.objects: dict[tuple[str, str, str, str], dict] = {}
+        """(API group, kind, namespace, name) -> object."""
+        self._groups_by_kind: dict[str, set[str]] = {}
         self._objects_epoch = 0
         self.gang_index: dict[str, dict[str, PodRecord]] = {}
         """Gang key -> uid -> record of every known member (for consistency checks and preemption)."""
@@ -91,10 +95,10 @@ class ClusterState:
         with self.lock:
             self.nodes = {_meta(n)[1]: n for n in nodes}
             self._node_signatures = {name: self._signature(n) for name, n in self.nodes.items()}
-            self.objects = {}
+            self.objects, self._groups_by_kind = {}, {}
             self._objects_epoch += 1
             for obj in objects:
-                self.objects[self._object_key(obj)] = obj
+                self._store_object(obj)
             self.pods, self._uid_by_name, self.gang_index = {}, {}, {}
             for pod in pods:
                 self._index(self._record(pod))
@@ -293,30 +297,48 @@ class ClusterState:
 
     # ----- gang objects ------------------------------------------------------------------------
     @staticmethod
-    def _object_key(obj: dict) -> tuple[str, str, str]:
+    def _object_key(obj: dict) -> tuple[str, str, str, str]:
         namespace, name = _meta(obj)
-        return str(obj.get("kind") or ""), namespace, name
+        return api_group(obj.get("apiVersion")), str(obj.get("kind") or ""), namespace, name
+
+    def _store_object(self, obj: dict) -> None:
+        key = self._object_key(obj)
+        self.objects[key] = obj
+        self._groups_by_kind.setdefault(key[1], set()).add(key[0])
+
+    def _keys_for(self, kind: str, namespace: str, name: str) -> list[tuple[str, str, str, str]]:
+        """Candidate keys: the exact group of a `group/Kind`, else every group seen with that kind (sorted)."""
+        group, plain = split_kind(kind)
+        groups = [group] if group is not None else sorted(self._groups_by_kind.get(plain, ()))
+        return [(g, plain, namespace or "default", name) for g in groups]
 
     def upsert_object(self, obj: dict) -> None:
         """Add or update a gang object (or a Kueue Topology / Volcano HyperNode, which rebuilds)."""
         with self.lock:
-            self.objects[self._object_key(obj)] = obj
+            self._store_object(obj)
             self._objects_epoch += 1
             if is_topology_object(obj) or is_hypernode(obj):
                 self._rebuild_topology()
 
     def delete_object(self, kind: str, namespace: str, name: str) -> None:
-        """Forget a gang object."""
+        """Forget a gang object (`kind` as `group/Kind`; a plain kind forgets it in every group)."""
         with self.lock:
-            obj = self.objects.pop((kind, namespace or "default", name), None)
+            removed = [self.objects.pop(key) for key in self._keys_for(kind, namespace, name) if key in self.objects]
             self._objects_epoch += 1
-            if obj is not None and (is_topology_object(obj) or is_hypernode(obj)):
+            if any(is_topology_object(obj) or is_hypernode(obj) for obj in removed):
                 self._rebuild_topology()
 
     def get_object(self, kind: str, namespace: str, name: str) -> dict | None:
-        """The cached object, or None; this is the `lookup` given to gang sources."""
+        """The cached object, or None; `kind` is `group/Kind` (exact) or a plain kind (any group).
+
+        This is the `lookup` given to gang sources, which ask with the group-qualified kind.
+        """
         with self.lock:
-            return self.objects.get((kind, namespace or "default", name))
+            for key in self._keys_for(kind, namespace, name):
+                obj = self.objects.get(key)
+                if obj is not None:
+                    return obj
+            return None
 
     # ----- restart ----------------------------------------------------------------------------
     def rebuild_from_bound_pods(self, policy: str | None = None) -> list[str]:

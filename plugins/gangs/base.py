@@ -26,7 +26,11 @@ from topology.k8s import pod_gpu_request
 from topology.model import TopologyError
 
 Lookup = Callable[[str, str, str], "dict | None"]
-"""`lookup(kind, namespace, name)` -> the cached object (plain k8s JSON dict) or None."""
+"""`lookup(kind, namespace, name)` -> the cached object (plain k8s JSON dict) or None.
+
+Sources ask with the group-qualified kind (`"scheduling.volcano.sh/PodGroup"`, see `qualified_kind`),
+so same-named objects of two API groups (Volcano vs coscheduling PodGroups, batch vs Volcano Jobs)
+never stand in for each other; a plain kind means "that kind in any group"."""
 
 LABEL_GANG = ANNOTATION_GANG
 """`meshfit.io/gang`: as a label it makes a pod a gang member; as an annotation a bind records it."""
@@ -138,11 +142,22 @@ def api_group(api_version: Any) -> str:
     return text.rpartition("/")[0] if "/" in text else ""
 
 
+def qualified_kind(group: str, kind: str) -> str:
+    """`group/Kind` (just `Kind` for the core group), the form lookups and the cluster state key objects by."""
+    return f"{group}/{kind}" if group else kind
+
+
+def split_kind(text: str) -> tuple[str | None, str]:
+    """(API group, kind) of `group/Kind`; group None for a plain kind (any group)."""
+    group, _, kind = text.rpartition("/")
+    return (group if "/" in text else None), kind
+
+
 def lookup_kind(lookup: Lookup, kind: str, group: str, namespace: str, name: str | None) -> dict | None:
     """The cached object of kind `kind` in API `group`; an object of another group with that kind is ignored."""
     if not name:
         return None
-    obj = lookup(kind, namespace, name)
+    obj = lookup(qualified_kind(group, kind), namespace, name)
     if not isinstance(obj, dict):
         return None
     if obj.get("apiVersion") and api_group(obj.get("apiVersion")) != group:

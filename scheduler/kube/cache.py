@@ -20,6 +20,7 @@ from typing import Any, Iterable
 
 import msgspec
 
+from plugins.gangs.base import qualified_kind
 from scheduler.kube.api import ApiStatusError, iter_lines, open_request, request_bytes
 from scheduler.kube.resources import DEFAULT_RESOURCES, WatchedResource
 
@@ -178,7 +179,7 @@ class KubeCache:
             elif resource.sink == "pod":
                 self.state.delete_pod(namespace or "default", name)
             else:
-                self.state.delete_object(resource.kind, namespace or "default", name)
+                self.state.delete_object(qualified_kind(resource.group, resource.kind), namespace or "default", name)
             return
         if resource.sink == "node":
             self.state.upsert_node(obj)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from plugins.gangs.base import api_group, qualified_kind, split_kind
+
 
 def make_pod(name: str = "p-0", namespace: str = "default", gpus: int = 8, labels: dict | None = None,
              annotations: dict | None = None, owner: tuple[str, str, str] | None = None,
@@ -71,11 +73,15 @@ def jobset_pods(jobset: dict, gpus: int = 8) -> list[dict]:
 
 
 class ObjectStore:
-    """A `lookup(kind, namespace, name)` over a list of objects (keyed by plain kind, like ClusterState)."""
+    """A `lookup(kind, namespace, name)` over a list of objects (keyed by `group/Kind`, like ClusterState)."""
 
     def __init__(self, *objects: dict) -> None:
-        self.objects = {(o["kind"], o["metadata"].get("namespace") or "default", o["metadata"]["name"]): o
-                        for o in objects}
+        self.objects = {(qualified_kind(api_group(o.get("apiVersion")), o["kind"]),
+                         o["metadata"].get("namespace") or "default", o["metadata"]["name"]): o for o in objects}
 
     def __call__(self, kind: str, namespace: str, name: str) -> dict | None:
-        return self.objects.get((kind, namespace or "default", name))
+        group, plain = split_kind(kind)
+        for (stored, ns, n), obj in self.objects.items():
+            if (ns, n) == (namespace or "default", name) and (stored == kind or (group is None and split_kind(stored)[1] == plain)):
+                return obj
+        return None

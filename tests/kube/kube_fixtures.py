@@ -8,6 +8,7 @@ from typing import Callable
 import kubernetes
 import pytest
 
+from plugins.gangs.base import split_kind
 from tests.k8s_double import ApiServerDouble
 
 
@@ -61,12 +62,12 @@ class RecordingState:
         self.objects[(obj["kind"], meta.get("namespace") or "default", meta["name"])] = obj
 
     def delete_object(self, kind: str, namespace: str, name: str) -> None:
-        """Forget a gang object."""
-        self.objects.pop((kind, namespace, name), None)
+        """Forget a gang object (`kind` may be group-qualified, as the cache sends it)."""
+        self.objects.pop((split_kind(kind)[1], namespace, name), None)
 
     def get_object(self, kind: str, namespace: str, name: str) -> dict | None:
-        """The recorded object or None."""
-        return self.objects.get((kind, namespace, name))
+        """The recorded object or None (`kind` plain or group-qualified)."""
+        return self.objects.get((split_kind(kind)[1], namespace, name))
 
 
 def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:

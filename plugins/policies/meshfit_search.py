@@ -244,6 +244,11 @@ def fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strat
         return [tree.host_node[domain]] * pods
     kids = [c for c in tree.kids(domain) if view.domain_slots[c] > 0]
     block, caps = _block_caps(view, kids, pods, blocks)
+    inner_block = min((b for b in blocks if 1 < b <= pods and pods % b == 0), default=1)
+    if block == 1 and inner_block > 1 and strategy != SPREAD:
+        pieces = split_blocks([int(view.domain_slots[c]) for c in kids], pods, inner_block)
+        if pieces is not None:
+            return _fill_pieces(view, kids, pieces, blocks)
     leftovers = [int(view.domain_slots[c]) - cap * block for c, cap in zip(kids, caps)]
     chosen = choose_children(caps, leftovers, pods // block, strategy)
     inner = strategy if len(chosen) == 1 else PACK
@@ -251,6 +256,45 @@ def fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strat
     for position, count in chosen:
         nodes.extend(fill_domain(view, kids[position], count * block, blocks, inner))
     return nodes
+
+
+def split_blocks(slots: list[int], pods: int, block: int) -> list[list[tuple[int, int]]] | None:
+    """Per block of `block` pods, its (child position, pods) pieces: as many whole blocks as children can hold
+    (fewest children), then each remaining block over the fewest children, evenly (least shared uplink per child)."""
+    slots = list(slots)
+    need = pods // block
+    caps = [s // block for s in slots]
+    whole = min(sum(caps), need)
+    pieces: list[list[tuple[int, int]]] = []
+    if whole:
+        for position, count in _pack(caps, [s % block for s in slots], whole):
+            pieces.extend([[(position, block)]] * count)
+            slots[position] -= count * block
+    for _ in range(need - whole):
+        chosen, total = [], 0
+        for j in sorted(range(len(slots)), key=lambda j: (-slots[j], j)):
+            if total >= block or slots[j] <= 0:
+                break
+            chosen.append(j)
+            total += slots[j]
+        if total < block:
+            return None
+        share = _even(slots, chosen, block)
+        pieces.append(share)
+        for j, count in share:
+            slots[j] -= count
+    return pieces
+
+
+def _fill_pieces(view: SlotView, kids: list[int], pieces: list[list[tuple[int, int]]], blocks: list[int]) -> list[int]:
+    """Nodes for split blocks: each child is filled once with all its pods, then handed out piece by piece."""
+    per_child: dict[int, int] = {}
+    for block_pieces in pieces:
+        for position, count in block_pieces:
+            per_child[position] = per_child.get(position, 0) + count
+    handed = {position: iter(fill_domain(view, kids[position], count, blocks, PACK))
+              for position, count in per_child.items()}
+    return [next(handed[position]) for block_pieces in pieces for position, count in block_pieces for _ in range(count)]
 
 
 def candidate_domains(view: SlotView, pods: int, min_level: int, per_level: int = 3) -> list[int]:

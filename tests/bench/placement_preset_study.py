@@ -153,6 +153,7 @@ def ratio_summary(ratios: list[float], tie: float = 1e-6) -> dict:
     n = len(ratios)
     return {"n": n, "median": quantile(ratios, 0.5), "p90": quantile(ratios, 0.9), "min": min(ratios),
             "max": max(ratios), "better": sum(r < 1 - tie for r in ratios) / n,
+            "better_1pct": sum(r < 0.99 for r in ratios) / n,
             "equal": sum(abs(r - 1) <= tie for r in ratios) / n, "worse": sum(r > 1 + tie for r in ratios) / n}
 
 
@@ -173,8 +174,8 @@ def summarize(records: list[dict], keys=("preset", "fabric", "shape")) -> list[d
 
 def markdown_table(rows: list[dict], keys=("preset", "fabric", "shape")) -> str:
     """The summary rows as a Markdown table (median / p90 / min ratio and better/equal/worse shares)."""
-    head = [*keys, "n", "kueue med", "p90", "min", "better/eq/worse", "volcano med", "p90", "min",
-            "better/eq/worse", "meshfit/LB med"]
+    head = [*keys, "n", "kueue med", "p90", "min", "better/eq/worse", ">1% better", "volcano med", "p90", "min",
+            "better/eq/worse", ">1% better", "meshfit/LB med"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [str(row[k]) for k in keys]
@@ -182,10 +183,30 @@ def markdown_table(rows: list[dict], keys=("preset", "fabric", "shape")) -> str:
         for baseline in BASELINES:
             s = row[baseline]
             if not s["n"]:
-                cells += ["-"] * 4
+                cells += ["-"] * 5
                 continue
             cells += [f"{s['median']:.3f}", f"{s['p90']:.3f}", f"{s['min']:.3f}",
-                      f"{s['better']:.0%}/{s['equal']:.0%}/{s['worse']:.0%}"]
+                      f"{s['better']:.0%}/{s['equal']:.0%}/{s['worse']:.0%}", f"{s['better_1pct']:.0%}"]
         cells.append(f"{row['vs_lower_bound']:.3f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def hard_small_instance(rng: random.Random) -> tuple[ClusterTopology, Gang] | None:
+    """A <= 16-node preset cluster, fragmented like the preset study, with a job of <= 16 pods whose
+    TP groups may span pods (2- and 4-GPU pods), cp / ep axes and an oversubscribed fabric; None if it cannot fit."""
+    preset = rng.choice(PRESETS)
+    nodes = rng.randint(8, 16)
+    nodelist = generate_nodelist(preset, nodes, seed=rng.randint(0, 10**6))
+    topo = topology_from_objects(nodelist["items"], fabric_config(preset, rng.choice(list(FABRICS.values()))))
+    fragment(topo, rng.choice(OCCUPANCIES), rng.randint(0, 10**6))
+    g = topo.nodes[0].gpus_total
+    pod_gpus = rng.choice([g, g // 2, 2])
+    tp = rng.choice([d for d in (2, 4, 8, 16) if d <= 2 * g])
+    cp, ep = rng.choice([(1, 1), (1, 1), (2, 1), (1, 2), (1, 4)])
+    pp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4])
+    shape = JobShape("small", pod_gpus, tp, pp, dp, cp=cp, ep=ep)
+    world = tp * cp * ep * pp * dp
+    if world % pod_gpus or not 2 <= world // pod_gpus <= 16 or world > topo.gpus_free:
+        return None
+    return topo, shape.gang(rng.choice(RANK_ORDERS + ("auto",)))

@@ -28,7 +28,9 @@ from plugins.policies import get_policy  # noqa: E402
 from scheduler.engine import place  # noqa: E402
 from scheduler.jobs import Gang, ModelShape, Parallelism, PodSlot  # noqa: E402
 from tests.placement.placement_builders import make_cluster  # noqa: E402
-from tests.bench.placement_preset_study import PRESETS, markdown_table, run_grid, summarize  # noqa: E402
+from tests.bench.placement_preset_study import (  # noqa: E402
+    PRESETS, hard_small_instance, markdown_table, run_grid, summarize,
+)
 from topology.generator import generate_cluster  # noqa: E402
 
 MODEL = ModelShape(params=70e9, layers=80, hidden=8192, seq=4096, micro_batch=1, global_batch=512)
@@ -65,18 +67,19 @@ def small_instance(rng: random.Random):
     return topo, make_job(tp, pp, dp, pod_gpus, order=rng.choice(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp", "auto"]))
 
 
-def optimal_study(count: int, seed: int = 0) -> dict:
-    """Ratios meshfit / optimal over `count` solvable small instances."""
+def optimal_study(count: int, seed: int = 0, instance=None) -> dict:
+    """Ratios meshfit / optimal over `count` solvable small instances (drawn by `instance`, default `small_instance`)."""
+    instance_of = instance or small_instance
     rng = random.Random(seed)
     optimal = get_policy("optimal")
     ratios: list[float] = []
     unproven = attempts = 0
     while len(ratios) < count and attempts < count * 20:
         attempts += 1
-        instance = small_instance(rng)
-        if instance is None:
+        drawn = instance_of(rng)
+        if drawn is None:
             continue
-        topo, gang = instance
+        topo, gang = drawn
         ours, best = place(gang, topo, "meshfit"), place(gang, topo, optimal)
         if not (ours.placed and best.placed):
             continue
@@ -101,8 +104,8 @@ def summarize_optimal(ratios: list[float], unproven: int) -> dict:
             "p99": _quantile(ratios, 0.99) if ratios else None, "max": max(ratios) if ratios else None}
 
 
-def _print_small(small: dict) -> None:
-    print("meshfit / optimal on <=16-node instances")
+def _print_small(title: str, small: dict) -> None:
+    print(title)
     print("  " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in small.items()))
 
 
@@ -115,13 +118,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     small = optimal_study(args.small)
-    _print_small(small)
+    _print_small("meshfit / optimal on <=16-node instances", small)
+    fragmented = optimal_study(args.small, instance=hard_small_instance)
+    _print_small("meshfit / optimal on <=16-node fragmented, oversubscribed instances (2/4-GPU pods, cp/ep)", fragmented)
     records = run_grid(args.seeds, presets=tuple(args.presets.split(",")))
     for keys in (("preset", "fabric", "shape"), ("preset", "fabric"), ("fabric",)):
         print(f"\nmeshfit / baseline predicted step time by {' x '.join(keys)} (lower is better)\n")
         print(markdown_table(summarize(records, keys), keys))
     if args.json:
-        args.json.write_text(json.dumps({"optimal": small, "records": records}, indent=2))
+        args.json.write_text(json.dumps({"optimal": small, "optimal_fragmented": fragmented, "records": records}, indent=2))
 
 
 if __name__ == "__main__":

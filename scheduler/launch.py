@@ -2,7 +2,9 @@
 
 Inside a pod bound by meshfit, the downward API mounts the pod's annotations as a file of
 `key="value"` lines (values Go-quoted, as kubelet writes them).  The launcher parses the
-`meshfit.io/*` assignment, waits until the whole gang is bound (rank-table ConfigMap file or the
+`meshfit.io/*` assignment (a pod rendered by `meshfit render` has none: then the mounted rank
+table or the environment the renderer wrote is used, in that order; `read_assignment`), waits
+until the whole gang is bound (rank-table ConfigMap file or the
 gRPC `meshfit.v1.Placement/GetReservation`), computes the environment and `exec`s the command.
 
 Environment (`rank_environment`): RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
@@ -178,6 +180,27 @@ def launch_environment(annotations_text: str, local_rank: int | None = None, nod
     assignment = parse_assignment(parse_downward_annotations(annotations_text))
     transport = transport_env(node_labels or {}, fabric) if node_labels is not None or fabric is not None else {}
     return assignment, rank_environment(assignment, local_rank or 0, transport)
+
+
+def read_assignment(annotations_file: str | Path, rank_table: str | Path | None = None,
+                    env: Mapping[str, str] | None = None) -> tuple[PodAssignment, str]:
+    """The pod's assignment and its source: annotations file > rank-table file > environment (strict).
+
+    A missing annotations file, or one without bind-time `meshfit.io/*` annotations, falls through
+    (pods rendered by `meshfit render`); see `scheduler.assignment_sources` for each source.
+    """
+    from scheduler.assignment_sources import resolve_assignment
+
+    env = os.environ if env is None else env
+    annotations, problem = None, ""
+    try:
+        annotations = parse_downward_annotations(Path(annotations_file).read_text())
+    except FileNotFoundError as exc:
+        problem = f"cannot read {annotations_file}: {exc.strerror}"
+    table = None
+    if rank_table is not None and Path(rank_table).exists():
+        table = parse_rank_table(Path(rank_table).read_text())
+    return resolve_assignment(annotations, table, env, problem)
 
 
 def exec_command(command: list[str], env_updates: Mapping[str, str]) -> None:

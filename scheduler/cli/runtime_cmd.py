@@ -9,7 +9,8 @@ import typer
 
 from scheduler.cli.common import OutputFormat, OutputOption, fail
 
-LAUNCH_HELP = ("Container entrypoint: read the pod's meshfit.io/* assignment, wait for the whole gang, "
+LAUNCH_HELP = ("Container entrypoint: read the pod's assignment (meshfit.io/* annotations file > rank-table file > "
+               "the environment `meshfit render` wrote), wait for the whole gang, "
                "set RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MESHFIT_*/NCCL_* and exec CMD (after --).")
 
 
@@ -34,15 +35,17 @@ def launch_command(
     """Container entrypoint: set the rank environment from the pod's assignment and exec CMD."""
     from scheduler.fabric import FabricConfigError, load_fabric_config
     from scheduler.handoff import AssignmentError
-    from scheduler.launch import exec_command, launch_environment, read_labels_file, wait_for_gang
+    from scheduler.fabric import transport_env
+    from scheduler.launch import exec_command, rank_environment, read_assignment, read_labels_file, wait_for_gang
 
     if not command and not print_env:
         fail("no command given: use `meshfit launch [options] -- CMD ...`")
     try:
-        text = annotations_file.read_text()
         labels = read_labels_file(node_labels) if node_labels else None
         fabric = load_fabric_config(fabric_config) if fabric_config else None
-        assignment, env = launch_environment(text, local_rank, labels, fabric)
+        assignment, _ = read_assignment(annotations_file, rank_table)
+        transport = transport_env(labels or {}, fabric) if labels is not None or fabric is not None else {}
+        env = rank_environment(assignment, local_rank or 0, transport)
         wait_for_gang(assignment, rank_table, grpc_address, wait_timeout)
     except OSError as exc:
         fail(f"cannot read {exc.filename}: {exc.strerror}")

@@ -113,6 +113,8 @@ class GangScheduler:
             return (f"gang {record.member.gang_key}: pod {record.key} declares {describe_signature(mine)} "
                     f"but the gang was reserved as {describe_signature(entry.signature)}")
         for other in self.state.gang_members(record.member.gang_key):
+            if other.node:  # bound: its meshfit.io/* bind annotations state the resolved order, not the declared one
+                continue
             theirs = membership_signature(other.member)
             if other.uid != record.uid and theirs != mine:
                 return (f"gang {record.member.gang_key}: pods disagree: {record.key} declares "

@@ -53,7 +53,9 @@ class Candidate:
 def whole_domains_broken(topo: ClusterTopology, view: SlotView, pod_nodes: np.ndarray) -> int:
     """How many fully free domains (hosts included) this layout starts using."""
     touched = np.unique(view.tree.paths[np.unique(pod_nodes)].ravel())
-    free = _domain_free(topo)
+    free = view.__dict__.get("_domain_free")
+    if free is None:
+        free = view.__dict__.setdefault("_domain_free", _domain_free(topo))
     total = _domain_total(topo)
     return int(np.count_nonzero(free[touched] == total[touched]))
 

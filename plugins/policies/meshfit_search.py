@@ -238,15 +238,24 @@ def _block_caps(view: SlotView, kids: list[int], pods: int, blocks: list[int]) -
 
 
 def fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strategy: str = PACK) -> list[int]:
-    """Node index for each of `pods` consecutive sequence positions inside `domain`, aligned to blocks."""
+    """Node index for each of `pods` consecutive sequence positions inside `domain`, aligned to blocks (memoised per view)."""
+    memo = view.__dict__.setdefault("_fills", {})
+    key = (domain, pods, tuple(blocks), strategy)
+    if key not in memo:
+        memo[key] = _fill_domain(view, domain, pods, blocks, strategy)
+    return memo[key]
+
+
+def _fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strategy: str) -> list[int]:
     tree = view.tree
     if domain in tree.host_node:
         return [tree.host_node[domain]] * pods
     kids = [c for c in tree.kids(domain) if view.domain_slots[c] > 0]
     block, caps = _block_caps(view, kids, pods, blocks)
     inner_block = min((b for b in blocks if 1 < b <= pods and pods % b == 0), default=1)
-    if block == 1 and inner_block > 1 and strategy != SPREAD:
-        pieces = split_blocks([int(view.domain_slots[c]) for c in kids], pods, inner_block)
+    kid_slots = [int(view.domain_slots[c]) for c in kids]
+    if block == 1 and inner_block > 1 and strategy != SPREAD and max(kid_slots, default=0) >= inner_block:
+        pieces = split_blocks(kid_slots, pods, inner_block)
         if pieces is not None:
             return _fill_pieces(view, kids, pieces, blocks)
     leftovers = [int(view.domain_slots[c]) - cap * block for c, cap in zip(kids, caps)]

@@ -260,7 +260,7 @@ def _fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], stra
             return _fill_pieces(view, kids, pieces, blocks)
     leftovers = [int(view.domain_slots[c]) - cap * block for c, cap in zip(kids, caps)]
     chosen = choose_children(caps, leftovers, pods // block, strategy)
-    inner = strategy if len(chosen) == 1 else PACK
+    inner = strategy if len(chosen) == 1 or strategy == SPREAD else PACK
     nodes: list[int] = []
     for position, count in chosen:
         nodes.extend(fill_domain(view, kids[position], count * block, blocks, inner))

@@ -124,7 +124,8 @@ def compare(gang: Gang, topo: ClusterTopology) -> dict[str, float] | None:
 
 def run_grid(seeds: int, presets=PRESETS, fabrics=tuple(FABRICS), occupancies=OCCUPANCIES,
              nodes: int | None = None) -> list[dict]:
-    """One record per placed instance: preset, fabric, occupancy, shape, order, seed and seconds per policy."""
+    """One record per placed instance: preset, fabric, occupancy, shape, pods (whole-node / sub-node), order, seed
+    and predicted step seconds per policy (plus the lower bound)."""
     records = []
     for preset in presets:
         for fabric in fabrics:
@@ -135,8 +136,10 @@ def run_grid(seeds: int, presets=PRESETS, fabrics=tuple(FABRICS), occupancies=OC
                         for order in RANK_ORDERS:
                             seconds = compare(shape.gang(order), topo)
                             if seconds is not None:
+                                pods = "whole-node" if shape.gpus_per_pod == topo.nodes[0].gpus_total else "sub-node"
                                 records.append({"preset": preset, "fabric": fabric, "occupancy": occupancy,
-                                                "shape": shape.name, "order": order, "seed": seed, **seconds})
+                                                "shape": shape.name, "pods": pods, "order": order, "seed": seed,
+                                                **seconds})
     return records
 
 

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     fragmented = optimal_study(args.small, instance=hard_small_instance)
     _print_small("meshfit / optimal on <=16-node fragmented, oversubscribed instances (2/4-GPU pods, cp/ep)", fragmented)
     records = run_grid(args.seeds, presets=tuple(args.presets.split(",")))
-    for keys in (("preset", "fabric", "shape"), ("preset", "fabric"), ("fabric",)):
+    for keys in (("preset", "fabric", "shape"), ("preset", "fabric"), ("pods", "fabric"), ("occupancy",), ("order",),
+                 ("fabric",)):
         print(f"\nmeshfit / baseline predicted step time by {' x '.join(keys)} (lower is better)\n")
         print(markdown_table(summarize(records, keys), keys))
     if args.json:

@@ -28,6 +28,8 @@ def benchmark(jobs: int, nodes: int, policy: str, preset: str = "hgx-h100", seed
             "cpu_seconds": round(cpu, 2), "events_per_cpu_second": round(result.events / cpu, 1),
             "events": result.events, "events_per_second": round(result.events / wall, 1),
             "placement_attempts": result.details["placement_attempts"],
+            "placement_failures": result.details["placement_failures"],
+            "placements_skipped": result.details["placements_skipped"],
             "completed": result.summary["completed"], "utilization": result.summary["utilization"]}
 
 

@@ -2,9 +2,11 @@
 
 The topology handed to the engine is the ordinary `ClusterTopology`, with one bookkeeping-only
 speed-up for long simulations (`make_fast`): each node's `gpus_free` becomes a plain attribute kept
-in sync whenever `gpus_used` or `schedulable` is assigned, and the cluster's free total is summed over
-the top-level domains instead of every node.  Every policy reads the same values it would read from
-the base classes (tests check this); only the cost of reading them changes.
+in sync whenever `gpus_used` or `schedulable` is assigned, the cluster's free total is summed over
+the top-level domains instead of every node, and a histogram of nodes by free GPUs is kept so the
+simulator can count free pod slots (`free_pod_slots`) without walking every node.  Every policy reads
+the same values it would read from the base classes (tests check this); only the cost of reading
+them changes.
 """
 
 from __future__ import annotations
@@ -43,7 +45,12 @@ class FastNode(Node):
 
     def _refresh(self) -> None:
         if "_used" in self.__dict__ and "_schedulable" in self.__dict__:
+            before = self.gpus_free
             self.gpus_free = max(self.gpus_total - self._used, 0) if self._schedulable else 0
+            histogram = self.__dict__.get("_free_histogram")
+            if histogram is not None:
+                histogram[before] -= 1
+                histogram[self.gpus_free] += 1
 
 
 class FastTopology(ClusterTopology):
@@ -54,6 +61,18 @@ class FastTopology(ClusterTopology):
         """GPUs free on schedulable nodes (sum over top-level domains, maintained incrementally)."""
         return sum(d.gpus_free for d in self._root_domains)
 
+    def pod_slots(self, pod_gpus: int) -> int:
+        """Pods of `pod_gpus` GPUs that fit in the free GPUs of schedulable nodes (from the histogram)."""
+        histogram = self._free_histogram  # type: ignore[attr-defined]
+        return sum(count * (free // pod_gpus) for free, count in enumerate(histogram) if count and free >= pod_gpus)
+
+
+def free_pod_slots(topo: ClusterTopology, pod_gpus: int) -> int:
+    """Pods of `pod_gpus` GPUs that fit in the free GPUs of `topo`'s schedulable nodes (a necessary condition)."""
+    if isinstance(topo, FastTopology):
+        return topo.pod_slots(pod_gpus)
+    return sum(node.gpus_free // pod_gpus for node in topo.nodes)
+
 
 def make_fast(topo: ClusterTopology) -> ClusterTopology:
     """Turn `topo` (in place) into a `FastTopology` of `FastNode`s with identical state; returns it."""
@@ -62,7 +81,12 @@ def make_fast(topo: ClusterTopology) -> ClusterTopology:
         node.__class__ = FastNode
         node._used = used
         node.schedulable = schedulable
+    histogram = [0] * (max((n.gpus_total for n in topo.nodes), default=0) + 1)
+    for node in topo.nodes:
+        histogram[node.gpus_free] += 1
+        node._free_histogram = histogram  # type: ignore[attr-defined]
     topo.__class__ = FastTopology
+    topo._free_histogram = histogram  # type: ignore[attr-defined]
     topo._root_domains = [d for d in topo.domains if d.parent is None]  # type: ignore[attr-defined]
     covered = sum(d.gpus_total for d in topo._root_domains)  # type: ignore[attr-defined]
     if covered != sum(n.gpus_total for n in topo.nodes):

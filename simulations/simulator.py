@@ -9,7 +9,9 @@ Cheap skips keep 100,000-job traces fast without changing any decision a full re
 under the (documented) monotonicity assumption that a gang which does not fit still does not fit
 after other gangs took more GPUs: a job (and every job of the same pod shape) that failed is not
 retried until capacity is released (the *capacity epoch* advances on completions, kills and
-repairs), and a job needing more GPUs than are free is not attempted at all.
+repairs), and a job needing more GPUs than are free, or more pods than the free GPUs can hold
+(counted per node from a histogram of free GPUs, `cluster.free_pod_slots`), is not attempted at all:
+no policy could place it, so the skip changes no decision, only `placement_attempts`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Callable
 
 from scheduler import engine
 from scheduler.placement import Placement
-from simulations.cluster import gpus_per_node
+from simulations.cluster import free_pod_slots, gpus_per_node
 from simulations.config import Backfill, QueueOrder, SimConfig
 from simulations.jobstate import DONE, QUEUED, REJECTED, RUNNING, RunJob
 from simulations.metrics import RunResult, details, job_row, summarize
@@ -68,7 +70,8 @@ class Simulator:
         self.now = workload.jobs[0].submit if workload.jobs else 0.0
         self.finished = 0
         self.counters = {"events": 0, "passes": 0, "placement_attempts": 0, "placement_failures": 0,
-                         "backfilled": 0, "node_failures": 0, "jobs_killed": 0}
+                         "backfilled": 0, "node_failures": 0, "jobs_killed": 0,
+                         "placements_skipped": 0}
         self.sampler = Sampler(topo, workload, config.samples)
         self._node_rngs: list[random.Random] = []
         self.shadows: dict[int, float] = {}
@@ -185,7 +188,15 @@ class Simulator:
     def _worth_trying(self, rj: RunJob) -> bool:
         if rj.skip_epoch == self.epoch or self.failed_shapes.get(rj.shape) == self.epoch:
             return False
-        return rj.gpus <= self.topo.gpus_free
+        if rj.gpus > self.topo.gpus_free:
+            return False
+        pods, slots = len(rj.gang.pods), free_pod_slots(self.topo, rj.pod_gpus)
+        if slots >= pods:
+            return True
+        self.counters["placements_skipped"] += 1
+        rj.reason = f"needs {pods} pods of {rj.pod_gpus} GPUs; the free GPUs hold only {slots}"
+        self.failed_shapes[rj.shape] = self.epoch
+        return False
 
     def _reservation_for(self, head: RunJob) -> Reservation:
         free_now = [node.gpus_free for node in self.topo.nodes]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulations.cluster import ClusterSpec, build_cluster
+from simulations.cluster import ClusterSpec, build_cluster, free_pod_slots
 from simulations.config import RuntimeModel
 from simulations.jobstate import DONE
 from simulations.report import write_outputs
@@ -107,6 +107,8 @@ def test_fast_topology_reads_exactly_what_the_base_topology_reads(ops):
             topo.set_schedulable(name, up)
     assert [n.gpus_free for n in fast.nodes] == [n.gpus_free for n in base.nodes]
     assert fast.gpus_free == base.gpus_free
+    for pod_gpus in (1, 2, 3, 4, 8):
+        assert free_pod_slots(fast, pod_gpus) == free_pod_slots(base, pod_gpus)
     fast.check_invariants()
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simulations import simulator as simulator_module
 from simulations.config import Backfill, QueueOrder
 from simulations.reservation import reserve
 from simulations.workload import Workload
@@ -83,3 +86,15 @@ def test_reservation_allows_jobs_that_end_in_time_or_use_spare_slots():
     reservation.book({1: 8}, end=100.0)
     assert not reservation.allows({0: 8}, end=100.0)
     assert reservation.allows({0: 8}, end=5.0)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=job_rows, backfill=st.sampled_from(list(Backfill)))
+def test_skipping_gangs_the_free_slots_cannot_hold_changes_no_decision(rows, backfill):
+    workload = Workload(make_jobs(sorted(rows)), "t")
+    _, skipping = simulate(workload, "first-fit", nodes=4, config=make_config(backfill))
+    with mock.patch.object(simulator_module, "free_pod_slots", lambda topo, pod_gpus: 10**9):
+        _, trying = simulate(workload, "first-fit", nodes=4, config=make_config(backfill))
+    assert skipping.jobs == trying.jobs
+    assert trying.details["placements_skipped"] == 0
+    assert skipping.details["placement_attempts"] <= trying.details["placement_attempts"]

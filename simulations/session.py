@@ -16,7 +16,7 @@ from simulations.cluster import ClusterSpec, build_cluster
 from simulations.config import SimConfig
 from simulations.metrics import SUMMARY_KEYS, RunResult
 from simulations.runner import RunSpec, SweepError, run_many
-from simulations.workload import Workload
+from simulations.workload import DEFAULT_MAX_TP, Workload, infer_parallelism
 
 
 class InputError(ValueError):
@@ -64,8 +64,9 @@ def cluster_spec(cluster: Path | None, preset: str | None, nodes: int, links: di
 
 
 def load_workload(trace: Path | None, synthetic: int | None, cluster_gpus: int, seed: int, load: float,
-                  arrival_scale: float = 1.0, max_jobs: int | None = None) -> Workload:
-    """The workload from `--trace` or `--synthetic N` (scaled / truncated as asked)."""
+                  arrival_scale: float = 1.0, max_jobs: int | None = None,
+                  max_tp: int = DEFAULT_MAX_TP) -> Workload:
+    """The workload from `--trace` or `--synthetic N` (scaled / truncated as asked; tp inferred up to `max_tp`)."""
     from simulations.synthetic import generate
     from simulations.traces import TraceError, load_trace
 
@@ -73,11 +74,16 @@ def load_workload(trace: Path | None, synthetic: int | None, cluster_gpus: int, 
         raise InputError("give exactly one of --trace FILE or --synthetic N")
     if arrival_scale <= 0:
         raise InputError("--arrival-scale must be > 0")
+    if max_tp < 1:
+        raise InputError("--max-tp must be at least 1")
     try:
-        workload = load_trace(trace) if trace is not None else generate(synthetic or 0, cluster_gpus, seed, load)
+        workload = (load_trace(trace) if trace is not None
+                    else generate(synthetic or 0, cluster_gpus, seed, load, max_tp=max_tp))
     except TraceError as exc:
         raise InputError(str(exc)) from None
     jobs = workload.jobs[:max_jobs] if max_jobs else workload.jobs
+    jobs = [job if job.parallelism else replace(job, parallelism=infer_parallelism(job.gpus, max_tp=max_tp))
+            for job in jobs]
     if arrival_scale != 1.0:
         jobs = [replace(job, submit=job.submit * arrival_scale) for job in jobs]
     notes = workload.notes + ([f"arrival times x {arrival_scale:g}"] if arrival_scale != 1.0 else [])

@@ -6,7 +6,7 @@ large jobs is solved so the mean GPUs per job equals the cluster's `avg_gpu_num`
 the largest size is capped at its `max_gpu` (Kalos: 1,024).  Runtimes are log-normal with the
 cluster's median and mean GPU-job runtime (Kalos: 124 s and 1,259.7 s, so sigma = sqrt(2 ln(mean /
 median)) = 2.15), capped at `max_run_time_gpu`.  Arrivals are Poisson at the rate that offers
-`load` x the cluster's GPUs: rate = load x GPUs / E[GPUs x runtime].  Large jobs get tp=8 and
+`load` x the cluster's GPUs: rate = load x GPUs / E[GPUs x runtime].  Large jobs get tp=8 (`max_tp`) and
 pipeline / data parallelism from their size (`infer_parallelism`) and a model shape by size.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulations.traces import TraceError
-from simulations.workload import SimJob, Workload, default_model, infer_parallelism
+from simulations.workload import DEFAULT_MAX_TP, SimJob, Workload, default_model, infer_parallelism
 
 SUMMARY_FILE = Path(__file__).parent / "data" / "acmetrace_cluster_summary.csv"
 SMALL_SIZES = ((1, 0.70), (2, 0.08), (4, 0.10), (8, 0.12))
@@ -89,7 +89,7 @@ def _pick(rng: random.Random, sizes: list[tuple[int, float]] | tuple[tuple[int, 
 
 
 def generate(jobs: int, cluster_gpus: int, seed: int = 0, load: float = 0.9,
-             stats: ClusterStats = KALOS, max_gpus: int | None = None) -> Workload:
+             stats: ClusterStats = KALOS, max_gpus: int | None = None, max_tp: int = DEFAULT_MAX_TP) -> Workload:
     """`jobs` synthetic LLM-era jobs offering `load` x `cluster_gpus` GPUs on average (deterministic)."""
     if jobs < 1 or cluster_gpus < 1 or load <= 0:
         raise TraceError("synthetic workload needs jobs >= 1, cluster GPUs >= 1 and load > 0")
@@ -105,9 +105,9 @@ def generate(jobs: int, cluster_gpus: int, seed: int = 0, load: float = 0.9,
         gpus = _pick(rng, large if is_large else SMALL_SIZES)
         duration = min(max(rng.lognormvariate(mu, sigma), 1.0), stats.max_runtime)
         out.append(SimJob(f"syn-{index:06d}", round(now, 3), round(duration, 3), gpus,
-                          infer_parallelism(gpus), default_model(gpus), kind="large" if is_large else "small"))
+                          infer_parallelism(gpus, max_tp=max_tp), default_model(gpus), kind="large" if is_large else "small"))
         now += rng.expovariate(rate)
     method = (f"synthetic LLM mix calibrated to AcmeTrace {stats.name}: {share:.1%} large jobs, "
               f"log-normal runtimes (median {stats.median_runtime:g} s, mean {stats.mean_runtime:g} s), "
-              f"Poisson arrivals at load {load:g}")
+              f"Poisson arrivals at load {load:g}" + (f", tp up to {max_tp}" if max_tp != DEFAULT_MAX_TP else ""))
     return Workload(out, f"synthetic:{jobs}:seed={seed}", method)

@@ -3,10 +3,12 @@
 A trace gives each job a submit time, an ideal runtime (the runtime under an ideal placement)
 and a GPU count, optionally its parallelism and model shape.  When a trace has no parallelism it
 is inferred (`infer_parallelism`): tensor parallelism inside the largest divisor of the GPU count
-that is at most 8, then pipeline stages once the job has many tensor groups, the rest data
-parallel.  Pods are sized by the cluster: each pod takes the largest divisor of the job's GPUs that
-fits on one node (8 on HGX, 4 on GB200 trays), so a 64-GPU job is 8 pods of 8 on HGX, 16 pods of
-4 on GB200.
+that is at most `max_tp` (8 by default, `--max-tp`), then pipeline stages once the job has many
+tensor groups, the rest data parallel.  The tp degree does not depend on the node size: pods are
+sized by the cluster (each pod takes the largest divisor of the job's GPUs that fits on one node: 8
+on HGX, 4 on GB200 trays), so a 64-GPU job is 8 pods of 8 on HGX with each tp=8 group inside one
+node, and 16 pods of 4 on GB200 with each tp=8 group spanning two trays, which is only fast when both
+trays share an NVL72 NVLink domain (`--max-tp 16`: four trays).
 """
 
 from __future__ import annotations
@@ -59,11 +61,15 @@ def largest_divisor_at_most(number: int, limit: int) -> int:
     return 1
 
 
-def infer_parallelism(gpus: int, data_parallel_only: bool = False) -> Parallelism:
-    """A plausible 3D layout for `gpus` GPUs: tp within 8, pp once there are >= 16 tp groups, dp rest."""
+DEFAULT_MAX_TP = 8
+"""Largest inferred tensor-parallel degree (one HGX node; two GB200 trays)."""
+
+
+def infer_parallelism(gpus: int, data_parallel_only: bool = False, max_tp: int = DEFAULT_MAX_TP) -> Parallelism:
+    """A plausible 3D layout for `gpus` GPUs: tp within `max_tp`, pp once there are >= 8 tp groups, dp rest."""
     if data_parallel_only or gpus == 1:
         return Parallelism(dp=gpus)
-    tp = largest_divisor_at_most(gpus, 8)
+    tp = largest_divisor_at_most(gpus, max_tp)
     groups = gpus // tp
     pp = 1
     if groups >= 32 and groups % 8 == 0:

@@ -56,6 +56,7 @@ def simulate_command(
     load: float = LoadOption,
     arrival_scale: float = typer.Option(1.0, "--arrival-scale", help="Multiply submit times (< 1 = more load)."),
     max_jobs: int | None = typer.Option(None, "--max-jobs", help="Use only the first N jobs."),
+    max_tp: int = typer.Option(8, "--max-tp", help="Largest inferred tensor-parallel degree (16: 4 GB200 trays)."),
     policy: list[str] = typer.Option(["meshfit"], "--policy", help="Placement policy (repeatable)."),
     seed: list[int] = typer.Option([0], "--seed", help="Seed (repeatable: a sweep over seeds)."),
     backfill: Backfill = BackfillOption, queue: QueueOrder = QueueOption,
@@ -76,7 +77,8 @@ def simulate_command(
         policies = session.check_policies(policy)
         spec = session.cluster_spec(cluster, preset, nodes, session.parse_links(link))
         gpus = session.build_cluster(spec, fast=False).gpus_total
-        workload = session.load_workload(trace, synthetic, gpus, seed[0], load, arrival_scale, max_jobs)
+        workload = session.load_workload(trace, synthetic, gpus, seed[0], load, arrival_scale, max_jobs,
+                                         max_tp)
         config = session.base_config(seed[0], **_settings(backfill, queue, comm_fraction, overlap, node_mtbf_hours,
                                                           repair_hours, checkpoint_minutes, restart_minutes,
                                                           horizon_hours))

@@ -47,7 +47,8 @@ def test_simulate_synthetic_table_output(tmp_path):
     (["--synthetic", "5", "--trace", TRACE], "exactly one of --trace"),
     (["--trace", TRACE, "--link", "spine=4"], "LEVEL.FIELD=VALUE"),
     (["--trace", TRACE, "--comm-fraction", "1.5"], "comm fraction"),
-], ids=["missing-trace", "bad-trace", "unknown-policy", "two-workloads", "bad-link", "bad-runtime"])
+    (["--trace", TRACE, "--max-tp", "0"], "--max-tp must be at least 1"),
+], ids=["missing-trace", "bad-trace", "unknown-policy", "two-workloads", "bad-link", "bad-runtime", "bad-max-tp"])
 def test_simulate_bad_input_exits_2_with_one_line(tmp_path, args, message):
     bad = tmp_path / "bad.csv"
     bad.write_text("id,when\n1,2\n")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from simulations.session import load_workload
 from simulations.synthetic import KALOS, generate, load_cluster_stats, size_classes
 from simulations.traces import DATA_DIR, TraceError, load_csv, load_trace, philly_runtime_at, write_csv
 from simulations.workload import SimJob, infer_parallelism, make_gang
@@ -127,6 +128,21 @@ def test_acmetrace_summary_file_gives_other_clusters(tmp_path):
                          ids=["1", "8", "64", "1024", "12"])
 def test_inferred_parallelism(gpus, expected):
     assert str(infer_parallelism(gpus)) == expected
+
+
+@pytest.mark.parametrize("gpus,max_tp,tp", [(64, 16, 16), (64, 4, 4), (24, 16, 12), (8, 16, 8), (1, 16, 1)],
+                         ids=["tp16", "tp4", "largest-divisor", "small-job", "one-gpu"])
+def test_max_tp_caps_the_inferred_tensor_parallel_degree(gpus, max_tp, tp):
+    par = infer_parallelism(gpus, max_tp=max_tp)
+    assert par.tp == tp and par.world_size == gpus
+
+
+def test_load_workload_infers_missing_parallelism_with_max_tp(tmp_path):
+    trace = write(tmp_path, f"{HEADER}\na,0,60,64\nb,5,60,64\n")
+    workload = load_workload(trace, None, 256, 0, 0.9, max_tp=16)
+    assert [job.parallelism.tp for job in workload.jobs] == [16, 16]
+    synthetic = load_workload(None, 200, 1024, 0, 0.9, max_tp=16)
+    assert {job.parallelism.tp for job in synthetic.jobs if job.gpus >= 16} == {16}
 
 
 @pytest.mark.parametrize("gpus,per_node,pods,pod_gpus", [(64, 8, 8, 8), (64, 4, 16, 4), (12, 8, 2, 6), (7, 4, 7, 1)],

@@ -7,15 +7,22 @@ binds, its slot converts from reserved to bound (the pod's own holding, kept by
 `scheduler.state.ClusterState`, replaces the reservation's in the same critical section).  A TTL
 releases the reserved slots of a gang that does not finish binding; unreserve is idempotent.
 
+Once a member binds, its `meshfit.io/*` annotations fix what every later member must agree with:
+the rendezvous address (pod 0's node) and the rank order.  The entry keeps that as `given`
+(`GivenRendezvous`), noted at bind and recovered from the bound pods' annotations after a restart,
+so members re-placed later (restart, TTL expiry, deleted pod) keep pod 0 where the others expect it.
+
 The ledger has no lock of its own: `ClusterState` calls it under its single lock.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
+from scheduler.handoff import ANNOTATION_MASTER_ADDR, AssignmentError, parse_assignment
 from scheduler.jobs import Gang
 from scheduler.placement import Placement
 from topology.model import ClusterTopology, TopologyError
@@ -34,6 +41,38 @@ STATUS_BOUND = "bound"
 def reservation_key(gang_key: str, index: int) -> str:
     """Topology holding key of one reserved pod slot."""
     return f"resv:{gang_key}/{index}"
+
+
+@dataclass(frozen=True)
+class GivenRendezvous:
+    """What a bound member was told that its peers must match: master address, rank order, parallelism."""
+
+    master_addr: str
+    rank_order: str
+    parallelism: str
+    pod: str = ""
+    """The bound pod it was read from (for messages); not compared."""
+
+    def agrees_with(self, other: GivenRendezvous) -> bool:
+        """Same master address, rank order and parallelism."""
+        return (self.master_addr, self.rank_order, self.parallelism) == (
+            other.master_addr, other.rank_order, other.parallelism)
+
+    def describe(self) -> str:
+        """`master-addr=..., rank-order=..., parallelism=...` (as pod `pod` was given)."""
+        return (f"master-addr={self.master_addr}, rank-order={self.rank_order}, "
+                f"parallelism={self.parallelism} (given to pod {self.pod or '?'})")
+
+
+def given_from_annotations(annotations: Mapping[str, str] | None, pod: str = "") -> GivenRendezvous | None:
+    """The rendezvous a meshfit bind wrote into a pod's annotations, or None (not bound by meshfit, or invalid)."""
+    if not annotations or ANNOTATION_MASTER_ADDR not in annotations:
+        return None
+    try:
+        assignment = parse_assignment(annotations)
+    except AssignmentError:
+        return None
+    return GivenRendezvous(assignment.master_addr, assignment.rank_order, str(assignment.parallelism), pod)
 
 
 @dataclass
@@ -58,6 +97,10 @@ class Reservation:
     placement: Placement | None = None
     signature: tuple | None = None
     """What every member must agree on (see `scheduler.membership.membership_signature`)."""
+    given: GivenRendezvous | None = None
+    """The rendezvous the first bound member was given (see the module docstring)."""
+    given_conflict: str = ""
+    """Why bound members were given rendezvous that disagree ("" when they agree)."""
 
     @property
     def gang_key(self) -> str:
@@ -87,6 +130,12 @@ class Reservation:
         """The node slot `index` holds (reserved or bound), or None."""
         slot = self.slots.get(index)
         return slot.node if slot is not None and slot.state != SLOT_RELEASED else None
+
+    def bound_given(self) -> GivenRendezvous | None:
+        """`given` while some member is still bound (only bound pods constrain the rest), else None."""
+        if self.given is None or not any(s.state == SLOT_BOUND for s in self.slots.values()):
+            return None
+        return self.given
 
     def to_json(self) -> dict:
         """`{"gang", "status", "pods": {pod: node}, "expires_at"}` for `GET /reservations`."""
@@ -150,6 +199,17 @@ class ReservationLedger:
         self.topo.remove_pod(reservation_key(gang_key, index))
         slot.state, slot.pod, slot.node = SLOT_BOUND, pod, node
         return True
+
+    def note_given(self, gang_key: str, given: GivenRendezvous | None) -> None:
+        """Remember the rendezvous a bound member was given; a disagreeing one is kept as `given_conflict`."""
+        entry = self.entries.get(gang_key)
+        if entry is None or given is None:
+            return
+        if entry.given is None or entry.bound_given() is None:
+            entry.given, entry.given_conflict = given, ""
+        elif not entry.given.agrees_with(given) and not entry.given_conflict:
+            entry.given_conflict = (f"bound members were given different rendezvous: {entry.given.describe()} "
+                                    f"vs {given.describe()}")
 
     def note_pod(self, gang_key: str, index: int, pod: str) -> None:
         """Remember which pod fills slot `index` (for listings and bind checks)."""

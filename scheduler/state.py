@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 from plugins.gangs.base import api_group, split_kind
 from scheduler.jobs import JobSpecError
 from scheduler.membership import gang_from_membership, identify
-from scheduler.reservations import DEFAULT_TTL_SECONDS, ReservationLedger
+from scheduler.reservations import DEFAULT_TTL_SECONDS, GivenRendezvous, ReservationLedger, given_from_annotations
 from topology.builder import HOST_LABEL, HOST_LEVEL
 from topology.config import as_config
 from topology.explicit import is_hypernode, is_topology_object
@@ -48,6 +48,8 @@ class PodRecord:
     member_error: str | None = None
     fingerprint: tuple = ()
     """What identification depended on; an unchanged fingerprint skips identifying again."""
+    given: GivenRendezvous | None = None
+    """The rendezvous its `meshfit.io/*` bind annotations state (bound gang members only)."""
 
     @property
     def key(self) -> str:
@@ -174,9 +176,10 @@ class ClusterState:
         phase = str((pod.get("status") or {}).get("phase") or "Pending")
         fingerprint = self._fingerprint(pod, uid)
         known = self.pods.get(uid)
+        node = pod_holds_node(pod)
         if known is not None and known.fingerprint == fingerprint:
-            return PodRecord(uid, namespace, name, known.gpus, pod_holds_node(pod), phase, known.member,
-                             known.member_error, fingerprint)
+            return PodRecord(uid, namespace, name, known.gpus, node, phase, known.member,
+                             known.member_error, fingerprint, known.given if node else None)
         try:
             gpus = pod_gpu_request(pod, self.config.gpu_resources)
         except TopologyError:
@@ -186,7 +189,9 @@ class ClusterState:
             member = identify(pod, self.get_object)
         except (JobSpecError, TopologyError, ValueError) as exc:
             error = str(exc)
-        return PodRecord(uid, namespace, name, gpus, pod_holds_node(pod), phase, member, error, fingerprint)
+        given = given_from_annotations((pod.get("metadata") or {}).get("annotations"), name) \
+            if node and member is not None else None
+        return PodRecord(uid, namespace, name, gpus, node, phase, member, error, fingerprint, given)
 
     def _hold(self, topo: ClusterTopology, record: PodRecord) -> None:
         key = pod_holding_key(record.namespace, record.name)
@@ -242,6 +247,7 @@ class ClusterState:
             self.ledger.release_slot(member.gang_key, member.index)
         elif record.node:
             self.ledger.mark_bound(member.gang_key, member.index, record.name, record.node)
+            self.ledger.note_given(member.gang_key, record.given)
         else:
             self.ledger.note_pod(member.gang_key, member.index, record.name)
 
@@ -261,14 +267,17 @@ class ClusterState:
             if uid is not None:
                 self._forget(self.pods[uid])
 
-    def record_binding(self, namespace: str, name: str, node: str) -> None:
-        """A bind succeeded: the pod now holds its GPUs on `node` (before the watch reports it)."""
+    def record_binding(self, namespace: str, name: str, node: str, annotations: dict[str, str] | None = None) -> None:
+        """A bind succeeded: the pod now holds its GPUs on `node` (before the watch reports it), and was
+        given the rendezvous in its bind `annotations`."""
         with self.lock:
             uid = self._uid_by_name.get((namespace, name))
             if uid is None:
                 return
             record = self.pods[uid]
             record.node = node
+            if record.member is not None and annotations:
+                record.given = given_from_annotations(annotations, name) or record.given
             self._hold(self.topology, record)
             self._follow_gang(record)
 
@@ -344,8 +353,10 @@ class ClusterState:
     def rebuild_from_bound_pods(self, policy: str | None = None) -> list[str]:
         """Record gangs found (partly) bound so a restart never double-books; reserve their missing pods.
 
-        Returns the gang keys rebuilt.  With `policy`, the missing members of partly bound gangs
-        are reserved near the bound ones; otherwise they are reserved at their first filter.
+        The rendezvous the bound members were given (their `meshfit.io/*` annotations) is noted on
+        the entry, so the missing members are later reserved consistently with it (pod 0 on the
+        master address, the same rank order).  Returns the gang keys rebuilt.  With `policy`, the
+        missing members of partly bound gangs are reserved now; otherwise at their first filter.
         """
         from scheduler.reserve_ops import reserve_remaining
 
@@ -358,12 +369,13 @@ class ClusterState:
                 entry = self.ledger.get(member.gang_key)
                 slot = entry.slots.get(member.index) if entry else None
                 if slot is not None and slot.state == "bound":
-                    continue
-                if entry is not None and entry.placement is not None and slot is not None:
+                    pass
+                elif entry is not None and entry.placement is not None and slot is not None:
                     self.ledger.mark_bound(member.gang_key, member.index, record.name, record.node)
-                    continue
-                self.ledger.record_bound(gang_from_membership(member), member.index, record.name, record.node)
-                rebuilt.add(member.gang_key)
+                else:
+                    self.ledger.record_bound(gang_from_membership(member), member.index, record.name, record.node)
+                    rebuilt.add(member.gang_key)
+                self.ledger.note_given(member.gang_key, record.given)
             if policy is not None:
                 for key in sorted(rebuilt):
                     entry = self.ledger.get(key)

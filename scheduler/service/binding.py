@@ -46,12 +46,15 @@ class RankTablePublisher(Protocol):
 
 
 def reservation_placement(entry: Reservation) -> Placement:
-    """The reservation as a full Placement: pods named as seen, nodes as held, ranks under the entry's order."""
+    """The reservation as a full Placement: pods named as seen, nodes as held, ranks under the order the
+    bound members were given (else the entry's)."""
     gang = entry.gang
     names = {index: slot.pod for index, slot in entry.slots.items() if slot.pod}
     gang = replace(gang, pods=tuple(replace(pod, name=names.get(pod.index, pod.name)) for pod in gang.pods))
     nodes = [entry.node_of(i) or "" for i in range(len(gang.pods))]
-    order = entry.placement.rank_order if entry.placement is not None else gang.rank_order
+    given = entry.bound_given()
+    order = (given.rank_order if given is not None  # what bound members were told wins
+             else entry.placement.rank_order if entry.placement is not None else gang.rank_order)
     if order == AUTO_RANK_ORDER:
         order = DEFAULT_RANK_ORDER
     policy = entry.placement.policy if entry.placement is not None else ""

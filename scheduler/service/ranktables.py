@@ -84,6 +84,8 @@ class RankTableTracker:
     def _publish_one(self, gang_key: str) -> bool:
         with self._lock:
             version = self._due.get(gang_key)
+        if version is None:  # a concurrent flush published it while this one waited for `_publishing`
+            return True
         with self.state.lock:
             entry = self.state.ledger.get(gang_key)
             configmap = reservation_configmap(entry) if entry is not None else None

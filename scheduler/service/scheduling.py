@@ -137,9 +137,9 @@ class GangScheduler:
             if self.on_placed is not None:
                 self.on_placed(placement)
         elif entry.node_of(member.index) is None:
-            if reserve_remaining(ledger, entry, topo, self.policy) is None:
-                return None, (f"gang {member.gang_key}: its remaining {len(entry.missing_indices())} "
-                              f"member(s) do not fit next to the bound ones")
+            placement, reason = reserve_remaining(ledger, entry, topo, self.policy)
+            if placement is None:
+                return None, reason
             self.rank_tables.mark_due(member.gang_key)
         slot = entry.slots[member.index]
         if slot.state == "bound" and slot.pod not in (None, record.name):
@@ -219,7 +219,7 @@ class GangScheduler:
             if assumed:
                 self.state.unassume(namespace, name)
             return f"binding {namespace}/{name} to {node} failed: {exc}"
-        self.state.record_binding(namespace, name, node)
+        self.state.record_binding(namespace, name, node, annotations)
         if gang_key is not None:
             self._publish_if_bound(gang_key)
         return ""

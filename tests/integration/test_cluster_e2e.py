@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from starlette.testclient import TestClient
@@ -165,14 +166,25 @@ RESTART_ORDER = [POD_NAMES[2], POD_NAMES[3], POD_NAMES[0], POD_NAMES[1]]
 """Two workers bind before the restart; the master (pod 0, the rendezvous) only after it."""
 
 
-def bind_across_a_restart(double: ApiServerDouble, api_client) -> tuple[ClusterState, dict[str, int], RankTable]:
-    """Bind half the gang, restart the service from the double, bind the rest: (state, GPUs used per node, table)."""
+def bind_before_the_restart(double: ApiServerDouble, api_client) -> str:
+    """Bind the first half of RESTART_ORDER with a first service, stop it; returns the master address they got."""
     first = start_service(api_client)
     try:
         for name in RESTART_ORDER[:2]:
             schedule(first, double, name)
     finally:
         first.cache.stop()
+    [master] = {parse_assignment(stored_pod(double, name)["metadata"]["annotations"]).master_addr
+                for name in RESTART_ORDER[:2]}
+    return master
+
+
+def bind_across_a_restart(double: ApiServerDouble, api_client,
+                          before_restart: Callable[[str], None] = lambda master: None,
+                          ) -> tuple[ClusterState, dict[str, int], RankTable]:
+    """Bind half the gang, call `before_restart(master address given)`, restart the service from the
+    double, bind the rest: (state, GPUs used per node, table)."""
+    before_restart(bind_before_the_restart(double, api_client))
     second = start_service(api_client)  # a fresh process: everything it knows comes from the double
     try:
         state = second.state
@@ -198,13 +210,44 @@ def test_restart_after_half_the_gang_bound_never_double_books(double, api_client
     assert len(set(nodes)) == 4 and "r0-n0" not in nodes
     assert all(used[node] == GPUS for node in nodes) and used["r0-n0"] == 4
     assert table.complete and table.pod_nodes == tuple(nodes)
-    check_launch_env(double, table, tmp_path, check_master=False)  # see the xfail test below
+    check_launch_env(double, table, tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: pods bound before a restart keep the master address of pod 0's "
-                   "old reservation; the restarted service re-places unbound pod 0 without pinning it there "
-                   "(meshfit launch fails fast on the rank-table mismatch instead of hanging)")
 def test_restart_keeps_the_master_address_the_bound_pods_were_given(double, api_client):
-    _, _, table = bind_across_a_restart(double, api_client)
+    given_before: list[str] = []
+    _, _, table = bind_across_a_restart(double, api_client, before_restart=given_before.append)
     given = {parse_assignment(stored_pod(double, name)["metadata"]["annotations"]).master_addr for name in POD_NAMES}
-    assert given == {table.master_addr}
+    assert given == {table.master_addr} == set(given_before)
+    assert stored_pod(double, POD_NAMES[0])["spec"]["nodeName"] == given_before[0]
+
+
+def squatter_pod(node: str) -> dict:
+    """A running non-gang pod taking all of `node`'s GPUs."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "squatter", "namespace": "other"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {
+                "requests": {"nvidia.com/gpu": str(GPUS)}, "limits": {"nvidia.com/gpu": str(GPUS)}}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_master_node_taken_during_the_restart_refuses_the_rest_until_it_frees(double, api_client, tmp_path):
+    master = bind_before_the_restart(double, api_client)
+    double.create(squatter_pod(master))  # pod 0's node fills up while meshfit is down
+    service = start_service(api_client)
+    try:
+        nodes = sorted(n["metadata"]["name"] for n in cluster_nodes())
+        for name in RESTART_ORDER[2:]:  # neither the master nor its peer is reserved anywhere else
+            reply = service.client.post("/filter", json={"Pod": stored_pod(double, name), "Nodes": None,
+                                                         "NodeNames": nodes}).json()
+            assert reply["NodeNames"] == [] and set(reply["FailedNodes"]) == set(nodes)
+            assert all(f"must run on node {master}" in reason and "master-addr" in reason and "0 free GPU" in reason
+                       for reason in reply["FailedNodes"].values())
+        double.store.delete(double.resource_for(squatter_pod(master)), "other", "squatter")
+        assert eventually(lambda: service.state.topology.node_by_name[master].gpus_free == GPUS)
+        nodes_after = [schedule(service, double, name) for name in RESTART_ORDER[2:]]
+        assert nodes_after[RESTART_ORDER[2:].index(POD_NAMES[0])] == master
+        table = published_table(double)
+    finally:
+        service.cache.stop()
+    given = {parse_assignment(stored_pod(double, name)["metadata"]["annotations"]).master_addr for name in POD_NAMES}
+    assert given == {master} and table.complete and table.master_addr == master
+    check_launch_env(double, table, tmp_path)

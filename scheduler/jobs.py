@@ -27,7 +27,8 @@ class JobSpecError(ValueError):
     """A job description that cannot be placed as written (bad annotation, inconsistent sizes)."""
 
 
-def _parse_kv(text: str, what: str) -> dict[str, str]:
+def parse_key_values(text: str, what: str) -> dict[str, str]:
+    """Parse `"k=v,k2=v2"` (commas or semicolons; keys lower-cased); JobSpecError naming `what` if malformed."""
     pairs: dict[str, str] = {}
     for part in text.replace(";", ",").split(","):
         part = part.strip()
@@ -63,7 +64,7 @@ class Parallelism:
     @classmethod
     def parse(cls, text: str) -> "Parallelism":
         """Parse `"tp=8,cp=1,ep=1,pp=4,dp=16"` (missing axes default to 1)."""
-        pairs = _parse_kv(text, ANNOTATION_PARALLELISM)
+        pairs = parse_key_values(text, ANNOTATION_PARALLELISM)
         unknown = sorted(set(pairs) - set(AXES))
         if unknown:
             raise JobSpecError(f"{ANNOTATION_PARALLELISM}: unknown axis {unknown[0]!r} (known: {', '.join(AXES)})")
@@ -128,7 +129,7 @@ class ModelShape:
     def parse(cls, text: str) -> "ModelShape":
         """Parse `"params=70e9,layers=80,hidden=8192,seq=4096,micro-batch=1,global-batch=1024"`."""
         values: dict[str, float | int] = {}
-        for key, value in _parse_kv(text, ANNOTATION_MODEL).items():
+        for key, value in parse_key_values(text, ANNOTATION_MODEL).items():
             attr = cls._KEYS.get(key)
             if attr is None:
                 raise JobSpecError(f"{ANNOTATION_MODEL}: unknown key {key!r}")
@@ -156,6 +157,16 @@ class TopologyConstraint:
     preferred_level: str | None = None
     assigned_domains: tuple[str, ...] = ()
     """Domain names (any level) a prior admission (e.g. Kueue TAS) already chose; stay inside."""
+
+
+def pick_topology_level(where: str, kind: str, *candidates: tuple[str, str | None]) -> str | None:
+    """The one level named by (source, value) candidates; JobSpecError listing them if they conflict."""
+    values = {(src, v) for src, v in candidates if v}
+    distinct = {v for _, v in values}
+    if len(distinct) > 1:
+        listing = ", ".join(f"{src}={v!r}" for src, v in sorted(values))
+        raise JobSpecError(f"{where}: conflicting {kind} topology levels: {listing}")
+    return distinct.pop() if distinct else None
 
 
 @dataclass(frozen=True)

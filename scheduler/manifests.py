@@ -16,7 +16,8 @@ import yaml
 from scheduler.jobs import (
     ANNOTATION_MODEL, ANNOTATION_PARALLELISM, ANNOTATION_PREFERRED_LEVEL, ANNOTATION_RANK_ORDER,
     ANNOTATION_REQUIRED_LEVEL, DEFAULT_RANK_ORDER, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY,
-    Gang, JobSpecError, ModelShape, Parallelism, PodSlot, TopologyConstraint, _parse_kv,
+    Gang, JobSpecError, ModelShape, Parallelism, PodSlot, TopologyConstraint, parse_key_values,
+    pick_topology_level,
 )
 from scheduler.manifest_kinds import READERS, JobPods, as_mapping, gpus_from_template
 
@@ -80,7 +81,7 @@ def parallelism_for(annotations: Mapping[str, str], world_size: int) -> Parallel
     if text is None:
         return Parallelism(dp=max(world_size, 1))
     par = Parallelism.parse(text)
-    if "dp" in _parse_kv(text, ANNOTATION_PARALLELISM):
+    if "dp" in parse_key_values(text, ANNOTATION_PARALLELISM):
         return par
     inner = par.world_size
     if world_size % inner:
@@ -89,20 +90,12 @@ def parallelism_for(annotations: Mapping[str, str], world_size: int) -> Parallel
     return Parallelism(par.tp, par.cp, par.ep, par.pp, world_size // inner)
 
 
-def _constraint(annotations: Mapping[str, str], job: JobPods) -> TopologyConstraint:
+def _constraint(where: str, annotations: Mapping[str, str], job: JobPods) -> TopologyConstraint:
     """Required / preferred level from meshfit, Kueue and Volcano sources; conflicting ones are errors."""
-    def pick(*candidates: tuple[str, str | None]) -> str | None:
-        values = {(src, v) for src, v in candidates if v}
-        distinct = {v for _, v in values}
-        if len(distinct) > 1:
-            listing = ", ".join(f"{src}={v!r}" for src, v in sorted(values))
-            raise JobSpecError(f"conflicting topology levels: {listing}")
-        return distinct.pop() if distinct else None
-
-    required = pick((ANNOTATION_REQUIRED_LEVEL, annotations.get(ANNOTATION_REQUIRED_LEVEL)),
+    required = pick_topology_level(where, "required", (ANNOTATION_REQUIRED_LEVEL, annotations.get(ANNOTATION_REQUIRED_LEVEL)),
                     (KUEUE_REQUIRED_TOPOLOGY, annotations.get(KUEUE_REQUIRED_TOPOLOGY)),
                     ("spec.networkTopology", job.required_level))
-    preferred = pick((ANNOTATION_PREFERRED_LEVEL, annotations.get(ANNOTATION_PREFERRED_LEVEL)),
+    preferred = pick_topology_level(where, "preferred", (ANNOTATION_PREFERRED_LEVEL, annotations.get(ANNOTATION_PREFERRED_LEVEL)),
                      (KUEUE_PREFERRED_TOPOLOGY, annotations.get(KUEUE_PREFERRED_TOPOLOGY)),
                      ("spec.networkTopology", job.preferred_level))
     return TopologyConstraint(required_level=required, preferred_level=None if required else preferred)
@@ -150,7 +143,7 @@ def gang_from_manifest(obj: Mapping[str, Any]) -> Gang:
         parallelism=parallelism_for(annotations, sum(gpus)),
         rank_order=annotations.get(ANNOTATION_RANK_ORDER, DEFAULT_RANK_ORDER).strip().lower(),
         model=ModelShape.parse(model_text) if model_text else ModelShape(),
-        constraint=_constraint(annotations, job),
+        constraint=_constraint(f"{kind} {namespace}/{name}", annotations, job),
     )
     gang.validate()
     check_tp_fits_pods(gang)

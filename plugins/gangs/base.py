@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
 from scheduler.jobs import (
+    pick_topology_level,
     ANNOTATION_MODEL, ANNOTATION_PARALLELISM, ANNOTATION_PREFERRED_LEVEL, ANNOTATION_RANK_ORDER,
     ANNOTATION_REQUIRED_LEVEL, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, JobSpecError,
-    ModelShape, Parallelism, TopologyConstraint, _parse_kv,
+    ModelShape, Parallelism, TopologyConstraint, parse_key_values,
 )
 from scheduler.handoff import ANNOTATION_GANG, ANNOTATION_POD_INDEX
 from scheduler.manifest_kinds import READERS
@@ -225,22 +226,13 @@ def job_settings(pod: dict, owner: Mapping[str, Any] | None) -> tuple[dict[str, 
     return {**inherited, **own}, required, preferred
 
 
-def _pick_level(where: str, kind: str, *candidates: tuple[str, str | None]) -> str | None:
-    values = {(src, v) for src, v in candidates if v}
-    distinct = {v for _, v in values}
-    if len(distinct) > 1:
-        listing = ", ".join(f"{src}={v!r}" for src, v in sorted(values))
-        raise JobSpecError(f"{where}: conflicting {kind} topology levels: {listing}")
-    return distinct.pop() if distinct else None
-
-
 def constraint_from(settings: Mapping[str, str], where: str, required: str | None = None,
                     preferred: str | None = None) -> TopologyConstraint:
     """Required / preferred level from meshfit, Kueue and (spec-level) Volcano settings; conflicts are errors."""
-    req = _pick_level(where, "required", (ANNOTATION_REQUIRED_LEVEL, settings.get(ANNOTATION_REQUIRED_LEVEL)),
+    req = pick_topology_level(where, "required", (ANNOTATION_REQUIRED_LEVEL, settings.get(ANNOTATION_REQUIRED_LEVEL)),
                       (KUEUE_REQUIRED_TOPOLOGY, settings.get(KUEUE_REQUIRED_TOPOLOGY)),
                       ("spec.networkTopology", required))
-    pref = _pick_level(where, "preferred", (ANNOTATION_PREFERRED_LEVEL, settings.get(ANNOTATION_PREFERRED_LEVEL)),
+    pref = pick_topology_level(where, "preferred", (ANNOTATION_PREFERRED_LEVEL, settings.get(ANNOTATION_PREFERRED_LEVEL)),
                        (KUEUE_PREFERRED_TOPOLOGY, settings.get(KUEUE_PREFERRED_TOPOLOGY)),
                        ("spec.networkTopology", preferred))
     return TopologyConstraint(required_level=req, preferred_level=None if req else pref)
@@ -262,7 +254,7 @@ def _size_from_parallelism(text: str | None, gpus: int, where: str) -> int:
     if not text or gpus < 1:
         raise JobSpecError(f"{where}: cannot tell the gang size: the owning object is not available; set "
                            f"{ANNOTATION_GANG_SIZE} or {ANNOTATION_PARALLELISM} (with dp) and a GPU request")
-    if "dp" not in _parse_kv(text, ANNOTATION_PARALLELISM):
+    if "dp" not in parse_key_values(text, ANNOTATION_PARALLELISM):
         raise JobSpecError(f"{where}: cannot tell the gang size: {ANNOTATION_PARALLELISM} {text!r} leaves out dp "
                            "and the owning object is not available")
     world = Parallelism.parse(text).world_size
@@ -276,7 +268,7 @@ def _parallelism(text: str | None, size: int, gpus: int, where: str) -> Parallel
     if not text:
         return None
     par = Parallelism.parse(text)
-    if "dp" not in _parse_kv(text, ANNOTATION_PARALLELISM) and gpus > 0:
+    if "dp" not in parse_key_values(text, ANNOTATION_PARALLELISM) and gpus > 0:
         inner, world = par.world_size, size * gpus
         if world % inner:
             raise JobSpecError(f"{where}: tp*cp*ep*pp = {inner} does not divide the gang's {size} pods x "

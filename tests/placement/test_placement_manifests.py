@@ -74,7 +74,7 @@ ANNOTATIONS = "spec__template__metadata__annotations"
      "unknown axis 'zz'"),
     (_indexed(**{ANNOTATIONS: {"meshfit.io/model": "params=abc"}}), "params must be a number"),
     (_indexed(**{ANNOTATIONS: {"meshfit.io/required-level": "rack",
-                              "kueue.x-k8s.io/podset-required-topology": "zone"}}), "conflicting topology levels"),
+                              "kueue.x-k8s.io/podset-required-topology": "zone"}}), "conflicting required topology levels"),
     (_indexed(**{"metadata__annotations": {"meshfit.io/parallelism": "tp=4,dp=2"}}), "annotation meshfit.io/parallelism"),
     (_indexed(spec__template__spec__containers=[{"name": "c", "image": "x"}]), "requests no GPUs"),
     (_indexed(spec__template__spec__containers=[{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "x"}}}]),

@@ -12,7 +12,15 @@ from simulations import simulator as simulator_module
 from simulations.config import Backfill, QueueOrder
 from simulations.reservation import reserve
 from simulations.workload import Workload
+from simulations.metrics import JOB_COLUMNS
 from tests.simulations.sim_builders import make_config, make_jobs, simulate
+
+REASON = JOB_COLUMNS.index("reason")
+
+
+def without_reason(rows: list[tuple]) -> list[tuple]:
+    """Job rows with the last-failure reason column blanked."""
+    return [row[:REASON] + row[REASON + 1:] for row in rows]
 
 # One 32-GPU job holds the 4-node cluster for an hour; a 32-GPU head waits; small jobs follow.
 BLOCKED_HEAD = [(0, 3600, 24), (1, 600, 32), (2, 1800, 8), (3, 7200, 8)]
@@ -95,6 +103,8 @@ def test_skipping_gangs_the_free_slots_cannot_hold_changes_no_decision(rows, bac
     _, skipping = simulate(workload, "first-fit", nodes=4, config=make_config(backfill))
     with mock.patch.object(simulator_module, "free_pod_slots", lambda topo, pod_gpus: 10**9):
         _, trying = simulate(workload, "first-fit", nodes=4, config=make_config(backfill))
-    assert skipping.jobs == trying.jobs
+    # Decisions (starts, ends, placements) must match; the diagnostic text of a job's last failed attempt
+    # may differ (the skip says why without asking the policy, whose wording is its own).
+    assert without_reason(skipping.jobs) == without_reason(trying.jobs)
     assert trying.details["placements_skipped"] == 0
     assert skipping.details["placement_attempts"] <= trying.details["placement_attempts"]

@@ -44,10 +44,19 @@ class Candidate:
         """True if this layout is cheaper, or as cheap and less fragmenting."""
         if other is None:
             return True
-        scale = max(abs(self.cost), abs(other.cost), 1e-30)
-        if abs(self.cost - other.cost) > RELATIVE_TIE * scale:
+        if costs_differ(self.cost, other.cost):
             return self.cost < other.cost
         return self.tie_break < other.tie_break
+
+
+def costs_differ(a: float, b: float) -> bool:
+    """True when two predicted costs differ by more than the relative tie tolerance."""
+    return abs(a - b) > RELATIVE_TIE * max(abs(a), abs(b), 1e-30)
+
+
+def clearly_costlier(cost: float, best_cost: float) -> bool:
+    """True when `cost` loses to `best_cost` whatever the tie-breakers say."""
+    return cost > best_cost and costs_differ(cost, best_cost)
 
 
 def whole_domains_broken(topo: ClusterTopology, view: SlotView, pod_nodes: np.ndarray) -> int:
@@ -111,6 +120,8 @@ class MeshfitPolicy:
             pod_nodes = np.empty(len(gang.pods), dtype=np.int64)
             pod_nodes[sequence] = fill_domain(view, domain, len(gang.pods), blocks, strategy)
             cost = pricer.price(pod_nodes)[0]
+            if best is not None and clearly_costlier(cost, best.cost):
+                continue  # cannot win even on tie-breaks: skip pricing its fragmentation
             tie = (whole_domains_broken(topo, view, pod_nodes), -level, leftover)
             candidate = Candidate(tuple(int(n) for n in pod_nodes), order, cost, tie)
             if candidate.beats(best):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 CLUSTER_TIER = "cluster"
 """Tier name used for traffic between two different top-level domains (no common domain)."""
 
@@ -111,6 +113,7 @@ class ClusterTopology:
         self.node_by_name: dict[str, Node] = {n.name: n for n in nodes}
         self.pods: dict[str, tuple[int, int]] = {}
         """Pod key -> (node index, GPUs) for every pod or reservation holding GPUs."""
+        self._free_arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     # ----- coordinates -------------------------------------------------------------------
     @property
@@ -165,13 +168,32 @@ class ClusterTopology:
         """Domain id -> free GPUs, as maintained incrementally."""
         return {d.id: d.gpus_free for d in self.domains}
 
+    def free_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(free GPUs per node index, free GPUs per domain id), kept up to date incrementally; read-only."""
+        if getattr(self, "_free_arrays", None) is None:
+            nodes = np.fromiter((n.gpus_free for n in self.nodes), dtype=np.int64, count=len(self.nodes))
+            domains = np.fromiter((d.gpus_free for d in self.domains), dtype=np.int64, count=len(self.domains))
+            nodes.flags.writeable = domains.flags.writeable = False
+            self._free_arrays = (nodes, domains)
+        return self._free_arrays
+
+    def _propagate(self, node: Node, change: int) -> None:
+        """Add `change` free GPUs to the node's domains (and the numpy mirrors when they exist)."""
+        for domain_id in node.path:
+            self.domains[domain_id].gpus_free += change
+        if getattr(self, "_free_arrays", None) is not None:
+            nodes, domains = self._free_arrays
+            nodes.flags.writeable = domains.flags.writeable = True
+            nodes[node.index] += change
+            domains[list(node.path)] += change
+            nodes.flags.writeable = domains.flags.writeable = False
+
     def _adjust(self, node: Node, used_delta: int) -> None:
         before = node.gpus_free
         node.gpus_used += used_delta
         change = node.gpus_free - before
         if change:
-            for domain_id in node.path:
-                self.domains[domain_id].gpus_free += change
+            self._propagate(node, change)
 
     def add_pod(self, key: str, node_name: str, gpus: int) -> None:
         """Record that pod (or reservation) `key` holds `gpus` GPUs on `node_name`."""
@@ -201,8 +223,7 @@ class ClusterTopology:
         node.unschedulable_reason = None if schedulable else (reason or "unschedulable")
         change = node.gpus_free - before
         if change:
-            for domain_id in node.path:
-                self.domains[domain_id].gpus_free += change
+            self._propagate(node, change)
 
     @property
     def gpus_total(self) -> int:
@@ -228,6 +249,7 @@ class ClusterTopology:
 
     def recompute_free(self) -> None:
         """Recompute every domain's free GPUs from the nodes (O(nodes x levels))."""
+        self._free_arrays = None
         for d in self.domains:
             d.gpus_free = 0
         for node in self.nodes:

@@ -78,7 +78,7 @@ def _domain_total(topo: ClusterTopology) -> np.ndarray:
 
 
 def _domain_free(topo: ClusterTopology) -> np.ndarray:
-    return np.fromiter((d.gpus_free for d in topo.domains), dtype=np.int64, count=len(topo.domains))
+    return topo.free_arrays()[1]
 
 
 def layout_plans(gang: Gang, rank_order: str, weights: dict[str, float]) -> list[tuple[np.ndarray, list[int]]]:

@@ -108,7 +108,7 @@ class SlotView:
 def slot_view(gang: Gang, topo: ClusterTopology) -> SlotView:
     """Free pod slots per node and per domain for `gang`, honouring its pre-assigned domains."""
     tree = tree_index(topo)
-    free = np.fromiter((n.gpus_free for n in topo.nodes), dtype=np.int64, count=len(topo.nodes))
+    free = topo.free_arrays()[0]
     slots = free // max(gang.gpus_per_pod, 1)
     allowed = allowed_nodes(gang, topo)
     if allowed is not None:

@@ -54,12 +54,7 @@ class FastNode(Node):
 
 
 class FastTopology(ClusterTopology):
-    """A `ClusterTopology` whose cluster-wide free total is read from the top-level domains."""
-
-    @property
-    def gpus_free(self) -> int:
-        """GPUs free on schedulable nodes (sum over top-level domains, maintained incrementally)."""
-        return sum(d.gpus_free for d in self._root_domains)
+    """A `ClusterTopology` that also answers "how many pods of this size fit" from a free-GPU histogram."""
 
     def pod_slots(self, pod_gpus: int) -> int:
         """Pods of `pod_gpus` GPUs that fit in the free GPUs of schedulable nodes (from the histogram)."""
@@ -87,8 +82,7 @@ def make_fast(topo: ClusterTopology) -> ClusterTopology:
         node._free_histogram = histogram  # type: ignore[attr-defined]
     topo.__class__ = FastTopology
     topo._free_histogram = histogram  # type: ignore[attr-defined]
-    topo._root_domains = [d for d in topo.domains if d.parent is None]  # type: ignore[attr-defined]
-    covered = sum(d.gpus_total for d in topo._root_domains)  # type: ignore[attr-defined]
+    covered = sum(topo.domains[d].gpus_total for d in topo.root_domain_ids)
     if covered != sum(n.gpus_total for n in topo.nodes):
         raise TopologyError("top-level domains do not cover every node")
     return topo

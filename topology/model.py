@@ -114,6 +114,8 @@ class ClusterTopology:
         self.pods: dict[str, tuple[int, int]] = {}
         """Pod key -> (node index, GPUs) for every pod or reservation holding GPUs."""
         self._free_arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self.root_domain_ids: list[int] = [d.id for d in domains if d.parent is None]
+        """Top-level domains: every node lies under exactly one of them."""
 
     # ----- coordinates -------------------------------------------------------------------
     @property
@@ -232,8 +234,8 @@ class ClusterTopology:
 
     @property
     def gpus_free(self) -> int:
-        """GPUs free on schedulable nodes."""
-        return sum(n.gpus_free for n in self.nodes)
+        """GPUs free on schedulable nodes (sum over the top-level domains, each kept incrementally)."""
+        return sum(self.domains[d].gpus_free for d in self.root_domain_ids)
 
     def snapshot_usage(self) -> tuple[dict[str, tuple[int, int]], list[int], list[bool]]:
         """Copy of the mutable state, to restore after a what-if (see `restore_usage`)."""

@@ -94,7 +94,8 @@ class _Geometry:
         return self.links[level + 1]
 
 
-def _geometry(topo: ClusterTopology) -> _Geometry:
+def geometry(topo: ClusterTopology) -> _Geometry:
+    """The cached pricing geometry of `topo` (rebuilt if nodes or domains changed)."""
     geo = getattr(topo, "_cost_geometry", None)
     if geo is None or geo.paths.shape[0] != len(topo.nodes) or geo.domain_gpus.shape[0] != len(topo.domains):
         geo = _Geometry(topo)
@@ -141,7 +142,7 @@ def _axis_cost(geo: _Geometry, traffic: AxisTraffic, groups: np.ndarray, node_of
 def lower_bound_seconds(gang: Gang, topo: ClusterTopology, traffic: dict[str, AxisTraffic] | None = None) -> float:
     """Sum over axes of the time if every group sat alone on the best tier big enough for it."""
     traffic = traffic or axis_traffic(gang)
-    largest = _geometry(topo).largest_by_level
+    largest = geometry(topo).largest_by_level
     total = 0.0
     for axis in AXES:
         n = gang.parallelism.degree(axis)
@@ -163,7 +164,7 @@ class LayoutPricer:
     def __init__(self, gang: Gang, topo: ClusterTopology, rank_order: str | None = None) -> None:
         self.gang, self.topo = gang, topo
         self.order = parse_rank_order(rank_order or gang.rank_order)
-        self.geo = _geometry(topo)
+        self.geo = geometry(topo)
         self.traffic = axis_traffic(gang)
         self.groups = {
             axis: np.asarray(axis_groups(axis, gang.parallelism, self.order), dtype=np.int64)

@@ -80,6 +80,17 @@ def place(gang: Gang, topo: ClusterTopology, policy: str | PlacementPolicy = DEF
     return placement_from_assignment(gang, topo, chosen.name, chosen.assign(gang, topo))
 
 
+def warm_caches(topo: ClusterTopology) -> None:
+    """Build the per-topology caches placement reads (tree index, cost geometry, free-GPU arrays) now,
+    so the first placement after a topology rebuild does not pay for them (call after every rebuild)."""
+    from plugins.policies.meshfit_search import tree_index
+    from scheduler.cost import geometry
+
+    tree_index(topo)
+    geometry(topo)
+    topo.free_arrays()
+
+
 def pod_key(gang: Gang, index: int) -> str:
     """Key under which pod `index` of `gang` holds GPUs in the topology."""
     return f"{gang.key}/{index}"

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
-from scheduler.jobs import AXES, Gang, parse_rank_order
+from scheduler.jobs import AXES, Gang, Parallelism, parse_rank_order
 from scheduler.layout import axis_groups
 from scheduler.placement import CostReport
 from topology.model import ClusterTopology, LinkTier
@@ -88,10 +89,24 @@ class _Geometry:
         self.largest_by_level = [0] * len(topo.levels)
         for d in topo.domains:
             self.largest_by_level[d.level] = max(self.largest_by_level[d.level], d.gpus_total)
+        self.shared_levels = [lvl for lvl in range(-1, self.host) if self.link(lvl).oversubscription > 1.0]
+        """Tiers whose uplinks are shared (oversubscribed): only there does contention depend on the layout."""
+        self.dedicated_bandwidth = self._dedicated_bandwidth()
 
     def link(self, level: int) -> LinkTier:
         """Link of the tier at `level` (-1 = cluster)."""
         return self.links[level + 1]
+
+    def _dedicated_bandwidth(self) -> np.ndarray:
+        """Indexed by common level + 1: the slowest non-oversubscribed tier a group of that common level
+        crosses (inf if none).  On such a tier a GPU never has less than the link's bandwidth: its child
+        domain's uplink capacity (GPUs x bandwidth) is shared by at most that many of the job's GPUs."""
+        table = np.full(self.host + 2, np.inf)
+        for common in range(-1, self.host + 1):
+            tiers = [self.link(lvl).bandwidth_gbps for lvl in range(common, self.host)
+                     if self.link(lvl).oversubscription <= 1.0]
+            table[common + 1] = min(tiers, default=np.inf)
+        return table
 
 
 def geometry(topo: ClusterTopology) -> _Geometry:
@@ -109,19 +124,20 @@ def _group_levels(member_paths: np.ndarray) -> np.ndarray:
     return np.cumprod(same, axis=1).sum(axis=1) - 1
 
 
-def _group_bandwidth(geo: _Geometry, member_paths: np.ndarray, levels: np.ndarray) -> np.ndarray:
-    """Per-group effective bandwidth (GB/s per GPU) including shared-uplink contention."""
-    groups = member_paths.shape[0]
-    bandwidth = np.full(groups, np.inf)
-    for lvl in range(-1, geo.host):
+def _group_bandwidth(geo: _Geometry, member_paths: np.ndarray, weights: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """Per-group effective bandwidth (GB/s per GPU) including shared-uplink contention.
+
+    `weights[g, m]` is how many of the group's ranks sit on member m's node (members are distinct pods)."""
+    bandwidth = geo.dedicated_bandwidth[levels + 1]
+    for lvl in geo.shared_levels:
         link = geo.link(lvl)
         crossing = levels <= lvl
         if not crossing.any():
             continue
         child = member_paths[:, :, lvl + 1]
         leaving = np.broadcast_to(crossing[:, None], child.shape)
-        counts = np.bincount(child[leaving], minlength=geo.domain_gpus.shape[0]).astype(np.float64)
-        capacity = geo.domain_gpus[child] * link.bandwidth_gbps / max(link.oversubscription, 1.0)
+        counts = np.bincount(child[leaving], weights=weights[leaving], minlength=geo.domain_gpus.shape[0])
+        capacity = geo.domain_gpus[child] * link.bandwidth_gbps / link.oversubscription
         per_gpu = np.minimum(link.bandwidth_gbps, capacity / np.maximum(counts[child], 1.0))
         per_group = per_gpu.min(axis=1)
         bandwidth = np.where(crossing, np.minimum(bandwidth, per_group), bandwidth)
@@ -129,13 +145,37 @@ def _group_bandwidth(geo: _Geometry, member_paths: np.ndarray, levels: np.ndarra
     return np.where(np.isinf(bandwidth), host_link.bandwidth_gbps, bandwidth)
 
 
-def _axis_cost(geo: _Geometry, traffic: AxisTraffic, groups: np.ndarray, node_of_rank: np.ndarray) -> tuple[float, int]:
-    """(seconds per step, widest level crossed) for one axis."""
-    member_paths = geo.paths[node_of_rank[groups]]
-    levels = _group_levels(member_paths)
-    bandwidth = _group_bandwidth(geo, member_paths, levels)
+@dataclass(frozen=True)
+class _PodGroups:
+    """One axis's process groups at pod granularity: distinct pods per group and ranks on each."""
+
+    pods: np.ndarray
+    """(groups, members) pod indices."""
+    weights: np.ndarray
+    """(groups, members) ranks of the group in that pod."""
+    ranks: int
+    """Ranks per group (the collective's n)."""
+
+
+def pod_groups(groups: np.ndarray, gpus_per_pod: int) -> _PodGroups:
+    """Collapse rank groups to the distinct pods they touch (ranks in one pod share its node)."""
+    pods = groups // max(gpus_per_pod, 1)
     n = groups.shape[1]
-    seconds = geo.latency_s[levels + 1] + traffic.bytes_per_call / (bandwidth * 1e9) * collective_factor(traffic.collective, n)
+    if pods.shape[0] and (pods == pods[:, :1]).all(axis=1).all():
+        return _PodGroups(pods[:, :1].copy(), np.full((pods.shape[0], 1), float(n)), n)
+    distinct = [np.unique(row, return_counts=True) for row in pods]
+    if len({u.shape[0] for u, _ in distinct}) == 1 and distinct:
+        return _PodGroups(np.stack([u for u, _ in distinct]), np.stack([c for _, c in distinct]).astype(np.float64), n)
+    return _PodGroups(pods, np.ones(pods.shape, dtype=np.float64), n)
+
+
+def _axis_cost(geo: _Geometry, traffic: AxisTraffic, groups: _PodGroups, pod_nodes: np.ndarray) -> tuple[float, int]:
+    """(seconds per step, widest level crossed) for one axis."""
+    member_paths = geo.paths[pod_nodes[groups.pods]]
+    levels = _group_levels(member_paths)
+    bandwidth = _group_bandwidth(geo, member_paths, groups.weights, levels)
+    seconds = (geo.latency_s[levels + 1]
+               + traffic.bytes_per_call / (bandwidth * 1e9) * collective_factor(traffic.collective, groups.ranks))
     return float(seconds.max()) * traffic.calls_per_step, int(levels.min())
 
 
@@ -158,6 +198,18 @@ def lower_bound_seconds(gang: Gang, topo: ClusterTopology, traffic: dict[str, Ax
     return total
 
 
+@lru_cache(maxsize=512)
+def _rank_groups(par: Parallelism, order: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Per axis of degree > 1, its groups of ranks as a (groups, members) array (cached per job shape)."""
+    return {axis: np.asarray(axis_groups(axis, par, order), dtype=np.int64) for axis in AXES if par.degree(axis) > 1}
+
+
+@lru_cache(maxsize=512)
+def _pod_groups(par: Parallelism, order: tuple[str, ...], gpus_per_pod: int) -> dict[str, _PodGroups]:
+    """Per axis of degree > 1, its groups at pod granularity (cached per job shape)."""
+    return {axis: pod_groups(groups, gpus_per_pod) for axis, groups in _rank_groups(par, order).items()}
+
+
 class LayoutPricer:
     """Prices many candidate layouts of one gang under one rank order (groups and volumes computed once)."""
 
@@ -166,18 +218,17 @@ class LayoutPricer:
         self.order = parse_rank_order(rank_order or gang.rank_order)
         self.geo = geometry(topo)
         self.traffic = axis_traffic(gang)
-        self.groups = {
-            axis: np.asarray(axis_groups(axis, gang.parallelism, self.order), dtype=np.int64)
-            for axis in AXES if gang.parallelism.degree(axis) > 1
-        }
+        self.groups = _rank_groups(gang.parallelism, self.order)
+        """Axis -> (groups, members) ranks (shared, read-only)."""
+        self.pod_groups = _pod_groups(gang.parallelism, self.order, gang.gpus_per_pod)
 
     def price(self, pod_nodes: Sequence[int] | np.ndarray) -> tuple[float, dict[str, float], dict[str, int]]:
         """(step seconds, seconds per axis, widest level crossed per axis) for pod i on `pod_nodes[i]`."""
-        node_of_rank = np.repeat(np.asarray(pod_nodes, dtype=np.int64), self.gang.gpus_per_pod)
+        nodes = np.asarray(pod_nodes, dtype=np.int64)
         by_axis = {axis: 0.0 for axis in AXES}
         widest: dict[str, int] = {}
-        for axis, groups in self.groups.items():
-            by_axis[axis], widest[axis] = _axis_cost(self.geo, self.traffic[axis], groups, node_of_rank)
+        for axis, groups in self.pod_groups.items():
+            by_axis[axis], widest[axis] = _axis_cost(self.geo, self.traffic[axis], groups, nodes)
         return sum(by_axis.values()), by_axis, widest
 
 

@@ -10,7 +10,7 @@ from collections import Counter
 
 from scheduler.cost import estimate_cost
 from scheduler.jobs import AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, Gang, JobSpecError, parse_rank_order
-from scheduler.layout import rank_to_coords
+from scheduler.layout import rank_coords_table
 from scheduler.placement import PLACED, UNSCHEDULABLE, Assignment, Placement, RankInfo
 from scheduler.policy import PlacementPolicy
 from topology.model import ClusterTopology
@@ -43,12 +43,9 @@ def check_assignment(gang: Gang, topo: ClusterTopology, pod_nodes: tuple[int, ..
 
 def build_ranks(gang: Gang, pod_nodes: list[str], rank_order: str) -> list[RankInfo]:
     """The rank table: rank, pod, node, local rank and coordinates under `rank_order`."""
-    order = parse_rank_order(rank_order)
+    coords = rank_coords_table(gang.parallelism, parse_rank_order(rank_order))
     g = gang.gpus_per_pod
-    return [
-        RankInfo(rank, rank // g, pod_nodes[rank // g], rank % g, rank_to_coords(rank, gang.parallelism, order))
-        for rank in range(gang.world_size)
-    ]
+    return [RankInfo(rank, rank // g, pod_nodes[rank // g], rank % g, coords[rank]) for rank in range(gang.world_size)]
 
 
 def unschedulable(gang: Gang, policy_name: str, reason: str) -> Placement:

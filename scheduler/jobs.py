@@ -7,6 +7,7 @@ Kubernetes manifests lives in `scheduler.manifests`, reading pods in the gang-so
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 AXES = ("tp", "cp", "ep", "pp", "dp")
 """Parallel axes meshfit knows, in the canonical order used in JSON output."""
@@ -87,6 +88,7 @@ class Parallelism:
         return ",".join(f"{axis}={self.degree(axis)}" for axis in AXES)
 
 
+@lru_cache(maxsize=1024)
 def parse_rank_order(text: str) -> tuple[str, ...]:
     """Parse `"tp-cp-ep-dp-pp"` (innermost first) into a full permutation of AXES.
 

@@ -28,6 +28,14 @@ def rank_to_coords(rank: int, par: Parallelism, order: tuple[str, ...]) -> dict[
     return {axis: coords[axis] for axis in AXES}
 
 
+@lru_cache(maxsize=256)
+def rank_coords_table(par: Parallelism, order: tuple[str, ...]) -> tuple[dict[str, int], ...]:
+    """`rank_to_coords` of every rank of `par` under `order`, computed once per (parallelism, order).
+
+    The dicts are shared between callers: treat them as read-only (copy before changing one)."""
+    return tuple(rank_to_coords(rank, par, order) for rank in range(par.world_size))
+
+
 def coords_to_rank(coords: dict[str, int], par: Parallelism, order: tuple[str, ...]) -> int:
     """Inverse of `rank_to_coords`."""
     rank = 0

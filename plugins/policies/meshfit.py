@@ -95,8 +95,10 @@ class MeshfitPolicy:
 
     name = NAME
 
-    def __init__(self, per_level: int = 3) -> None:
+    def __init__(self, per_level: int = 3, single_pod_shortcut: bool = True) -> None:
         self.per_level = per_level
+        self.single_pod_shortcut = single_pod_shortcut
+        """Answer one-pod gangs without the general search (same decisions; off only to test that)."""
 
     def _candidates(self, gang: Gang, topo: ClusterTopology, view: SlotView) -> list[int]:
         """Candidate domains honouring required (hard) and preferred (soft) levels."""
@@ -108,17 +110,15 @@ class MeshfitPolicy:
             domains = inside or domains
         return domains
 
-    def _price_domain(self, gang: Gang, topo: ClusterTopology, view: SlotView, domain: int,
-                      pricer: LayoutPricer, order: str, best: Candidate | None) -> Candidate | None:
-        """Best layout of the gang inside one domain for one rank order."""
-        weights = {axis: t.bytes_per_call * t.calls_per_step for axis, t in pricer.traffic.items()}
+    def _price_domain(self, topo: ClusterTopology, view: SlotView, domain: int, pricer: LayoutPricer, order: str,
+                      plans: list[tuple[np.ndarray, list[int], str]], best: Candidate | None) -> Candidate | None:
+        """Best layout of the gang inside one domain for one rank order (`plans`: sequence, blocks, strategy)."""
+        pods = len(pricer.gang.pods)
         level = view.tree.level_of(domain)
-        leftover = view.slots(domain) - len(gang.pods)
-        strategies = (PACK, BALANCE, SPREAD) if view.tree.oversubscribed else (PACK,)
-        plans = [(seq, blocks, strategy) for seq, blocks in layout_plans(gang, order, weights) for strategy in strategies]
+        leftover = view.slots(domain) - pods
         for sequence, blocks, strategy in plans:
-            pod_nodes = np.empty(len(gang.pods), dtype=np.int64)
-            pod_nodes[sequence] = fill_domain(view, domain, len(gang.pods), blocks, strategy)
+            pod_nodes = np.empty(pods, dtype=np.int64)
+            pod_nodes[sequence] = fill_domain(view, domain, pods, blocks, strategy)
             cost = pricer.price(pod_nodes)[0]
             if best is not None and clearly_costlier(cost, best.cost):
                 continue  # cannot win even on tie-breaks: skip pricing its fragmentation
@@ -127,6 +127,29 @@ class MeshfitPolicy:
             if candidate.beats(best):
                 best = candidate
         return best
+
+    def _single_pod(self, gang: Gang, topo: ClusterTopology, view: SlotView, domains: list[int],
+                    order: str, floor: float) -> Assignment | None:
+        """The general search's answer for a one-pod gang, without re-pricing identical layouts.
+
+        A single pod sits on one node whatever the domain or rank order, so every host-level candidate
+        costs the same and the first rank order wins ties; the host level is searched first and, when
+        that cost reaches the lower bound, last.  Returns None when it does not (unusual link tiers):
+        the general search then decides."""
+        tree = view.tree
+        hosts = [d for d in domains if tree.level_of(d) == tree.levels - 1]
+        if not hosts:
+            return None
+        cost = LayoutPricer(gang, topo, order).price([tree.host_node[hosts[0]]])[0]
+        if cost > floor:
+            return None
+        best, best_tie = hosts[0], None
+        for domain in hosts:
+            node = np.array([tree.host_node[domain]], dtype=np.int64)
+            tie = (whole_domains_broken(topo, view, node), view.slots(domain) - 1)
+            if best_tie is None or tie < best_tie:
+                best, best_tie = domain, tie
+        return Assignment((tree.host_node[best],), None, order)
 
     def assign(self, gang: Gang, topo: ClusterTopology) -> Assignment:
         """Choose nodes and pod order for the whole gang, or say why it cannot fit."""
@@ -139,16 +162,28 @@ class MeshfitPolicy:
             return Assignment.unschedulable(unschedulable_reason(gang, topo) or "no domain can hold the gang")
         orders = SUPPORTED_RANK_ORDERS if gang.rank_order == AUTO_RANK_ORDER else (gang.rank_order,)
         floor = lower_bound_seconds(gang, topo) * (1 + RELATIVE_TIE)
+        if len(gang.pods) == 1 and self.single_pod_shortcut:
+            single = self._single_pod(gang, topo, view, domains, orders[0], floor)
+            if single is not None:
+                return single
         best: Candidate | None = None
         pricers = [LayoutPricer(gang, topo, order) for order in orders]
+        strategies = (PACK, BALANCE, SPREAD) if view.tree.oversubscribed else (PACK,)
+        plans = [[(sequence, blocks, strategy) for sequence, blocks in layout_plans(gang, order, plan_weights(pricer))
+                  for strategy in strategies] for pricer, order in zip(pricers, orders)]
         for level in sorted({view.tree.level_of(d) for d in domains}, reverse=True):
             for domain in (d for d in domains if view.tree.level_of(d) == level):
-                for pricer, order in zip(pricers, orders):
-                    best = self._price_domain(gang, topo, view, domain, pricer, order, best)
+                for pricer, order, order_plans in zip(pricers, orders, plans):
+                    best = self._price_domain(topo, view, domain, pricer, order, order_plans, best)
             if best is not None and best.cost <= floor:
                 break
         assert best is not None
         return Assignment(best.pod_nodes, None, best.rank_order)
+
+
+def plan_weights(pricer: LayoutPricer) -> dict[str, float]:
+    """Bytes per step of each axis: heavier axes are nested innermost first among the layouts tried."""
+    return {axis: t.bytes_per_call * t.calls_per_step for axis, t in pricer.traffic.items()}
 
 
 def factory(per_level: int = 3, **_options: object) -> MeshfitPolicy:

@@ -176,21 +176,28 @@ fewest children evenly (balance), or as many children as possible (spread, relie
 
 
 def _pack(caps: list[int], leftovers: list[int], need: int) -> list[tuple[int, int]]:
-    """Fewest children covering `need` blocks: largest first, the last one best-fit; (child position, blocks)."""
-    available = set(range(len(caps)))
+    """Fewest children covering `need` blocks: largest first, the last one best-fit; (child position, blocks).
+
+    Children are sorted once, largest first (fewest leftover pods, then position, on ties); while no
+    remaining child can take everything left, the next largest is taken whole."""
+    by_size = sorted(range(len(caps)), key=lambda j: (-caps[j], leftovers[j], j))
     chosen: list[tuple[int, int]] = []
-    remaining = need
+    remaining, taken = need, 0
     while remaining > 0:
-        fits = [j for j in available if caps[j] >= remaining]
-        if fits:
-            best = min(fits, key=lambda j: (caps[j], leftovers[j], j))
+        if taken < len(by_size) and caps[by_size[taken]] >= remaining:
+            fitting = []
+            for j in by_size[taken:]:
+                if caps[j] < remaining:
+                    break
+                fitting.append(j)
+            best = min(fitting, key=lambda j: (caps[j], leftovers[j], j))
             chosen.append((best, remaining))
             return chosen
-        largest = max(available, key=lambda j: (caps[j], -leftovers[j], -j), default=None)
-        if largest is None or caps[largest] <= 0:
+        if taken == len(by_size) or caps[by_size[taken]] <= 0:
             raise ValueError("domain cannot hold the requested pods")
+        largest = by_size[taken]
         chosen.append((largest, caps[largest]))
-        available.discard(largest)
+        taken += 1
         remaining -= caps[largest]
     return chosen
 

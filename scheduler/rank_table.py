@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import msgspec
+
 from scheduler.handoff import ANNOTATION_GANG, DEFAULT_MASTER_PORT, AssignmentError, PodAssignment
 from scheduler.jobs import ANNOTATION_RANK_ORDER, AXES, JobSpecError, Parallelism, parse_rank_order
 from scheduler.layout import rank_to_coords
@@ -61,8 +63,18 @@ def rank_table_configmap(placement: Placement, master_addr: str, master_port: in
         "metadata": {"name": configmap_name(gang.name), "namespace": gang.namespace,
                      "labels": {"app.kubernetes.io/managed-by": "meshfit", "meshfit.io/gang-name": gang.name[:63]},
                      "annotations": {ANNOTATION_GANG: gang.key, ANNOTATION_RANK_ORDER: placement.rank_order}},
-        "data": {RANK_TABLE_KEY: json.dumps(document, indent=1)},
+        "data": {RANK_TABLE_KEY: encode_rank_table(document)},
     }
+
+
+def encode_rank_table(document: dict[str, Any]) -> str:
+    """The `ranks.json` text: indented one space per level (readable in `kubectl get -o yaml`), keys in order.
+
+    msgspec's encoder, not `json.dumps(indent=1)`: with `indent` the standard library falls back to its
+    pure-Python encoder, which cost ~1.4 ms for a 64-rank gang on the extender's filter path.  The text
+    parses back to the same document (non-ASCII stays UTF-8 instead of `\\u` escapes).
+    """
+    return msgspec.json.format(msgspec.json.encode(document), indent=1).decode()
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,8 @@ class ClusterState:
             self._hold(topo, record)
         self.topology = topo
         self.ledger.attach(topo)
+        if topo.nodes:  # build the placement caches now, not inside the first filter call after a rebuild
+            warm_caches(topo)
         self.generation += 1
 
     # ----- pods --------------------------------------------------------------------------------
@@ -382,6 +384,13 @@ class ClusterState:
                     if entry is not None and entry.missing_indices():
                         reserve_remaining(self.ledger, entry, self.topology, policy)
         return sorted(rebuilt)
+
+
+def warm_caches(topo: ClusterTopology) -> None:
+    """Indirection to `scheduler.engine.warm_caches` (imported on first use, like the placement engine)."""
+    from scheduler.engine import warm_caches as warm
+
+    warm(topo)
 
 
 def topology_from_objects(objects: list[dict], config: Any, tolerations: Iterable[Any]) -> ClusterTopology:

@@ -26,6 +26,8 @@ from scheduler.service.scheduling import GangScheduler
 from scheduler.state import ClusterState
 
 JSON = "application/json"
+RANK_TABLE_READ_WAIT_SECONDS = 2.0
+"""How long `GET /ranktables/...` waits for rank-table publishes still queued in the background."""
 Handler = Callable[[GangScheduler, bytes], tuple[int, bytes]]
 
 
@@ -93,6 +95,8 @@ def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[
 
     async def rank_table(request: Request) -> Response:
         namespace, name = request.path_params["namespace"], request.path_params["name"]
+        if not scheduler.rank_tables.wait_idle(0):  # a filter just queued a publish: read after it
+            await run_in_threadpool(scheduler.rank_tables.wait_idle, RANK_TABLE_READ_WAIT_SECONDS)
         configmap = lookup_rank_table(scheduler.publisher, namespace, name)
         if configmap is None:
             return JSONResponse({"error": f"no rank table published for job {namespace}/{name} (not placed "

@@ -1,11 +1,17 @@
 """Rank-table publishing for bound gangs: when, what, and retrying after failures.
 
 `GangScheduler` marks a gang due when its reservation is created (pods not yet bound have node
-null) and when it becomes fully bound; `RankTableTracker.flush` builds the ConfigMap under the
-state lock and publishes it outside it.  A failed publish never fails the bind: it is logged,
-counted (`on_failure`) and stays due, so the next bind of the gang (or the service's background
-sweep) tries again.  `MemoryRankTables` is the embedded mode's publisher, read back at
-`GET /ranktables/{namespace}/{name}`.
+null) and when it becomes fully bound.  `RankTableTracker.flush` snapshots the reservation under the
+state lock and builds and publishes the ConfigMap outside it; one publisher at a time, so versions
+of one ConfigMap reach the API server in order, each built from the state as of its own publish.
+
+The filter handler runs on the event loop, so it never publishes itself: `publish_soon` hands the
+gang to one background thread (`meshfit-ranktables`, started on demand, gone after a second idle),
+and a real-mode API round trip no longer blocks every other request.  `wait_idle` waits for that
+thread to finish what was queued (tests, and `GET /ranktables` so a read follows the filter that
+caused it).  A failed publish never fails a request: it is logged, counted (`on_failure`) and stays
+due, so the next bind of the gang (or the service's background sweep) tries again.
+`MemoryRankTables` is the embedded mode's publisher, read back at `GET /ranktables/{namespace}/{name}`.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ import logging
 import threading
 from typing import Any, Callable
 
-from scheduler.rank_table import configmap_name
-from scheduler.service.binding import RankTablePublisher, reservation_configmap
+from scheduler.rank_table import configmap_name, rank_table_configmap
+from scheduler.service.binding import RankTablePublisher, master_address, reservation_placement
+from scheduler.reservations import SLOT_BOUND
 from scheduler.state import ClusterState
 
 log = logging.getLogger("meshfit.service")
@@ -50,15 +57,21 @@ class RankTableTracker:
 
     def __init__(self, state: ClusterState, publisher: RankTablePublisher,
                  on_failure: Callable[[str, Exception], None] | None = None,
-                 on_success: Callable[[str], None] | None = None) -> None:
+                 on_success: Callable[[str], None] | None = None, linger_seconds: float = 1.0) -> None:
         self.state = state
         self.publisher = publisher
         self.on_failure = on_failure
         self.on_success = on_success
+        self.linger_seconds = linger_seconds
+        """How long the background publisher waits for more work before its thread exits."""
         self._lock = threading.Lock()
         self._due: dict[str, int] = {}
         """Gang key -> version; a publish clears the gang only if no newer change came meanwhile."""
         self._publishing = threading.Lock()
+        self._queue = threading.Condition(threading.Lock())
+        self._queued: set[str] = set()
+        self._busy = False
+        self._worker: threading.Thread | None = None
 
     def mark_due(self, gang_key: str) -> None:
         """The gang's rank table changed (reservation created, or every pod bound)."""
@@ -81,15 +94,57 @@ class RankTableTracker:
                 failed += 0 if self._publish_one(key) else 1
         return failed
 
+    def publish_soon(self, gang_keys: list[str]) -> None:
+        """Queue the gangs' due rank tables for the background publisher; returns at once (no I/O here)."""
+        with self._queue:
+            self._queued.update(gang_keys)
+            self._queue.notify_all()
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, name="meshfit-ranktables", daemon=True)
+                self._worker.start()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued by `publish_soon` was attempted; False if `timeout` ran out first."""
+        with self._queue:
+            return self._queue.wait_for(lambda: not self._queued and not self._busy, timeout)
+
+    def _work(self) -> None:
+        while True:
+            with self._queue:
+                if not self._queued:
+                    self._queue.wait(self.linger_seconds)
+                if not self._queued:
+                    self._worker = None
+                    return
+                keys, self._busy = sorted(self._queued), True
+                self._queued.clear()
+            try:
+                self.flush(keys)
+            except Exception:  # noqa: BLE001 - the publisher thread must outlive any bug in one gang's table
+                log.exception("publishing the rank tables of %s failed", ", ".join(keys))
+            finally:
+                with self._queue:
+                    self._busy = False
+                    self._queue.notify_all()
+
+    def _snapshot(self, gang_key: str) -> tuple | None:
+        """(placement, master address, bound pod indices) of the gang as of now, or None once it is gone."""
+        with self.state.lock:
+            entry = self.state.ledger.get(gang_key)
+            if entry is None:
+                return None
+            bound = {index for index, slot in entry.slots.items() if slot.state == SLOT_BOUND}
+            return reservation_placement(entry), master_address(entry), bound
+
     def _publish_one(self, gang_key: str) -> bool:
         with self._lock:
             version = self._due.get(gang_key)
         if version is None:  # a concurrent flush published it while this one waited for `_publishing`
             return True
-        with self.state.lock:
-            entry = self.state.ledger.get(gang_key)
-            configmap = reservation_configmap(entry) if entry is not None else None
-        if configmap is not None:
+        snapshot = self._snapshot(gang_key)
+        if snapshot is not None:
+            placement, master, bound = snapshot
+            configmap = rank_table_configmap(placement, master, bound_pods=bound)  # outside the state lock
             try:
                 self.publisher.publish(configmap)
             except Exception as exc:  # noqa: BLE001 - any publisher failure: log, count, retry later

@@ -159,8 +159,8 @@ class GangScheduler:
             except (JobSpecError, TopologyError, ValueError) as exc:
                 return FilterDecision(error=f"gang {record.member.gang_key}: {exc}")
             node = entry.node_of(record.member.index) if entry is not None else None
-        if held_before is None and node is not None:  # this call reserved: publish (node null until bound)
-            self.rank_tables.flush([record.member.gang_key])
+        if held_before is None and node is not None:  # this call reserved: publish (node null until bound),
+            self.rank_tables.publish_soon([record.member.gang_key])  # in the background: filter runs on the loop
         if node is None:
             return FilterDecision(failed={name: reason for name in node_names})
         if node in node_names:
@@ -225,7 +225,11 @@ class GangScheduler:
         return ""
 
     def _publish_if_bound(self, gang_key: str) -> None:
-        """Mark the rank table due once every pod is bound; publish what is due (failures retry later)."""
+        """Mark the rank table due once every pod is bound; publish what is due (failures retry later).
+
+        Synchronous: bind runs in a worker thread (never on the event loop), and publishing before
+        answering means the last member's bind returns with the complete table already published.
+        """
         with self.state.lock:
             entry = self.state.ledger.get(gang_key)
             if entry is not None and entry.status == STATUS_BOUND:

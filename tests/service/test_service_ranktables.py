@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from scheduler.rank_table import RANK_TABLE_KEY, configmap_name, parse_rank_table
+from scheduler.engine import place
+from scheduler.jobs import Gang, Parallelism, PodSlot
+from scheduler.rank_table import (RANK_TABLE_KEY, configmap_name, encode_rank_table, parse_rank_table,
+                                  rank_table_configmap, rank_table_document)
 from scheduler.service.app import build_scheduler, create_app
 from scheduler.service.binder_memory import MemoryBinder
 from scheduler.service.ranktables import MemoryRankTables
 from scheduler.state import ClusterState
 from starlette.testclient import TestClient
 
+from tests.builders import make_cluster
 from tests.service.helpers import FakeClock, Service, filter_nodes, gang_pod, make_nodes, make_service
 
 
@@ -90,6 +97,7 @@ def test_failed_publish_does_not_fail_the_bind_and_is_retried_on_the_next_bind()
     service = service_with(publisher)
     pods = [gang_pod("train", i, 2) for i in range(2)]
     [node0] = filter_nodes(service.filter(pods[0]))
+    assert service.scheduler.rank_tables.wait_idle(5.0)  # the reservation's publish runs in the background
     assert publisher.get("default", configmap_name("train")) is None
     assert service.bind(pods[0], node0) == {"Error": ""}
     assert service.scheduler.rank_tables.due() == ["default/train"]
@@ -107,9 +115,90 @@ def test_failure_on_the_last_bind_is_published_by_the_background_retry():
     service = service_with(publisher)
     pod = gang_pod("solo", 0, 1)
     [node] = filter_nodes(service.filter(pod))
+    assert service.scheduler.rank_tables.wait_idle(5.0)
     publisher.failures = 1
     assert service.bind(pod, node) == {"Error": ""}
     assert service.scheduler.rank_tables.due() == ["default/solo"]
     assert service.scheduler.publish_due() == 0
     table = json.loads(publisher.get("default", configmap_name("solo"))["data"][RANK_TABLE_KEY])
     assert table["pods"][0]["node"] == node
+
+
+class BlockingPublisher(MemoryRankTables):
+    """A publisher whose `publish` waits for `release` (an API server that answers slowly), recording the order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.published: list[tuple[str | None, ...]] = []
+
+    def publish(self, configmap: dict) -> None:
+        """Block until released, then store and record the pods' nodes of the table."""
+        self.started.set()
+        assert self.release.wait(10.0), "the test never released the publisher"
+        super().publish(configmap)
+        nodes = json.loads(configmap["data"][RANK_TABLE_KEY])["pods"]
+        self.published.append(tuple(pod["node"] for pod in nodes))
+
+
+def test_filter_answers_while_the_reservation_publish_is_still_in_flight():
+    publisher = BlockingPublisher()
+    service = service_with(publisher)
+    pods = [gang_pod("train", i, 2) for i in range(2)]
+    [node0] = filter_nodes(service.filter(pods[0]))  # returns although the publisher is blocked
+    assert publisher.started.wait(5.0) and publisher.get("default", configmap_name("train")) is None
+    assert not service.scheduler.rank_tables.wait_idle(0)
+    publisher.release.set()
+    assert service.scheduler.rank_tables.wait_idle(5.0)
+    assert publisher.published == [(None, None)]
+    assert service.scheduler.rank_tables.due() == []
+
+
+def test_versions_of_one_table_are_published_in_order_and_the_last_is_complete():
+    publisher = BlockingPublisher()
+    service = service_with(publisher)
+    pods = [gang_pod("train", i, 2) for i in range(2)]
+    nodes = [filter_nodes(service.filter(pod))[0] for pod in pods]
+    assert publisher.started.wait(5.0)
+    binds = threading.Thread(target=lambda: [service.bind(pod, node) for pod, node in zip(pods, nodes)])
+    binds.start()  # the last bind publishes the complete table, queued behind the in-flight one
+    publisher.release.set()
+    binds.join(10.0)
+    assert service.scheduler.rank_tables.wait_idle(5.0)
+    assert publisher.published[0] == (None, None) and publisher.published[-1] == tuple(nodes)
+    assert parse_rank_table(rank_table(service)["data"][RANK_TABLE_KEY]).pod_nodes == tuple(nodes)
+
+
+def test_read_waits_for_the_publish_its_filter_queued():
+    service = make_service()
+    for g in range(5):
+        filter_nodes(service.filter(gang_pod(f"job{g}", 0, 1)))
+        assert rank_table(service, f"job{g}")["metadata"]["name"] == configmap_name(f"job{g}")
+
+
+@pytest.mark.parametrize("parallelism,pods,order,bound", [
+    ("tp=8,dp=2", 2, "tp-cp-ep-dp-pp", None),
+    ("tp=4,pp=2,dp=2", 2, "tp-cp-ep-pp-dp", {0}),
+    ("tp=2,cp=2,pp=2", 1, "tp-cp-ep-dp-pp", set()),
+], ids=["tp-dp-all-bound", "tp-pp-dp-one-bound", "one-pod-none-bound"])
+def test_rank_table_configmap_text_parses_back_to_the_document(parallelism, pods, order, bound):
+    par = Parallelism.parse(parallelism)
+    gang = Gang("team", "llm", tuple(PodSlot(i, f"llm-{i}", par.world_size // pods) for i in range(pods)),
+                par, rank_order=order)
+    placement = place(gang, make_cluster(nodes=4), policy="first-fit")
+    text = rank_table_configmap(placement, "node-a", bound_pods=bound)["data"][RANK_TABLE_KEY]
+    assert json.loads(text) == rank_table_document(placement, "node-a", bound_pods=bound)
+    assert parse_rank_table(text).pod_nodes == tuple(
+        node if bound is None or i in bound else None for i, node in enumerate(placement.pod_nodes))
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4), max_leaves=20)
+
+
+@given(document=st.dictionaries(st.text(), JSON_VALUES, max_size=6))
+def test_encoded_rank_table_is_json_equal_to_the_standard_library_encoding(document):
+    text = encode_rank_table(document)
+    assert json.loads(text) == document == json.loads(json.dumps(document, indent=1))

@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
-from scheduler.capacity import allowed_nodes, pod_slots
+import numpy as np
+
+from plugins.policies.ordering import topology_order
+from scheduler.capacity import allowed_nodes
 from scheduler.jobs import Gang
 from scheduler.placement import Assignment
 from topology.model import ClusterTopology
 
 NAME = "first-fit"
+
+
+def node_pod_slots(gang: Gang, topo: ClusterTopology) -> np.ndarray:
+    """Pods of this gang that fit on each node index (0 on unschedulable nodes and outside assigned domains)."""
+    g = gang.gpus_per_pod
+    if g <= 0:
+        return np.zeros(len(topo.nodes), dtype=np.int64)
+    slots = topo.free_arrays()[0] // g
+    allowed = allowed_nodes(gang, topo)
+    if allowed is not None:
+        mask = np.zeros(len(topo.nodes), dtype=bool)
+        mask[list(allowed)] = True
+        slots = np.where(mask, slots, 0)
+    return slots
 
 
 class FirstFitPolicy:
@@ -17,15 +34,17 @@ class FirstFitPolicy:
 
     def assign(self, gang: Gang, topo: ClusterTopology) -> Assignment:
         """Fill nodes in name order; unschedulable if the free total is short."""
-        slots = pod_slots(topo, gang.gpus_per_pod, allowed_nodes(gang, topo))
-        chosen: list[int] = []
-        for node in sorted(topo.nodes, key=lambda n: n.name):
-            take = min(slots[node.index], len(gang.pods) - len(chosen))
-            chosen.extend([node.index] * take)
-            if len(chosen) == len(gang.pods):
-                return Assignment(tuple(chosen))
-        return Assignment.unschedulable(
-            f"needs {len(gang.pods)} pods x {gang.gpus_per_pod} GPUs; only {len(chosen)} such pods fit")
+        pods = len(gang.pods)
+        by_name = topology_order(topo).nodes_by_name
+        slots = node_pod_slots(gang, topo)[by_name]
+        filled = np.cumsum(slots)
+        last = int(np.searchsorted(filled, pods, side="left"))
+        if last == by_name.size:
+            return Assignment.unschedulable(
+                f"needs {pods} pods x {gang.gpus_per_pod} GPUs; only {int(filled[-1]) if last else 0} such pods fit")
+        takes = slots[: last + 1].copy()
+        takes[last] -= int(filled[last]) - pods
+        return Assignment(tuple(np.repeat(by_name[: last + 1], takes).tolist()))
 
 
 def factory(**_options: object) -> FirstFitPolicy:

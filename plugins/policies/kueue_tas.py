@@ -16,7 +16,10 @@ Kueue knows nothing about tensor/pipeline/data axes; it only keeps consecutive i
 
 from __future__ import annotations
 
-from plugins.policies.meshfit_search import SlotView, slot_view
+import numpy as np
+
+from plugins.policies.meshfit_search import slot_view
+from plugins.policies.ordering import TopologyOrder, best_fit, topology_order
 from scheduler.capacity import constraint_levels
 from scheduler.explain import unschedulable_reason
 from scheduler.jobs import Gang
@@ -25,46 +28,64 @@ from topology.model import ClusterTopology, TopologyError
 
 NAME = "kueue-tas"
 
-
-def _sorted_desc(topo: ClusterTopology, view: SlotView, domains: list[int]) -> list[int]:
-    """Domains by free pod slots descending, then by name (Kueue's sortedDomains)."""
-    return sorted(domains, key=lambda d: (-view.slots(d), topo.domains[d].name))
+Chosen = list[tuple[int, int]]
+"""(domain id, pods) pairs."""
 
 
-def _take_minimum(topo: ClusterTopology, view: SlotView, domains: list[int], count: int) -> list[tuple[int, int]]:
-    """Greedy most-free-first with a BestFit last domain: (domain, pods) pairs covering `count`."""
-    chosen: list[tuple[int, int]] = []
-    remaining = count
-    pool = _sorted_desc(topo, view, [d for d in domains if view.slots(d) > 0])
-    while remaining > 0 and pool:
-        fitting = [d for d in pool if view.slots(d) >= remaining]
-        if fitting:
-            best = min(fitting, key=lambda d: (view.slots(d), topo.domains[d].name))
-            chosen.append((best, remaining))
-            return chosen
-        head = pool.pop(0)
-        chosen.append((head, view.slots(head)))
-        remaining -= view.slots(head)
-    return chosen if remaining <= 0 else []
+def _take_minimum(order: TopologyOrder, slots: np.ndarray, domains: np.ndarray, count: int) -> Chosen:
+    """Greedy most-free-first (ties by name) with a BestFit last domain: (domain, pods) pairs covering `count`.
+
+    Taking the most-free domains one by one until a single remaining domain fits the rest stops at the
+    first position whose running total of slots (in that order) reaches `count`."""
+    if count <= 0:
+        return []
+    held = slots[domains]
+    pool, pool_slots = domains[held > 0], held[held > 0]
+    ranked = np.argsort(-pool_slots * order.rank_span + order.domain_rank[pool], kind="stable")
+    pool, pool_slots = pool[ranked], pool_slots[ranked]
+    stop = int(np.searchsorted(np.cumsum(pool_slots), count, side="left"))
+    if stop == pool.size:
+        return []
+    remaining = count - int(pool_slots[:stop].sum())
+    last = best_fit(order, slots, pool[stop:], remaining)
+    return [*zip(pool[:stop].tolist(), pool_slots[:stop].tolist()), (last, remaining)]
 
 
-def _fit_level(gang: Gang, topo: ClusterTopology, view: SlotView) -> tuple[int, list[tuple[int, int]]] | str:
+def _fit_level(gang: Gang, topo: ClusterTopology, slots: np.ndarray) -> tuple[int, Chosen] | str:
     """(level, chosen domains with counts) per Kueue's findLevelWithFitDomains, or a reason."""
     required, preferred = constraint_levels(gang, topo)
+    order = topology_order(topo)
     pods = len(gang.pods)
     level = required if required is not None else preferred if preferred is not None else topo.host_level
     while True:
-        at_level = [d.id for d in topo.domains if d.level == level]
-        fitting = [d for d in at_level if view.slots(d) >= pods]
-        if fitting:
-            best = min(fitting, key=lambda d: (view.slots(d), topo.domains[d].name))
+        best = best_fit(order, slots, order.at_level[level], pods)
+        if best is not None:
             return level, [(best, pods)]
         if required is not None:
             return unschedulable_reason(gang, topo) or f"no {topo.levels[level].name} domain fits"
         if level == 0:
-            chosen = _take_minimum(topo, view, at_level, pods)
+            chosen = _take_minimum(order, slots, order.at_level[level], pods)
             return (level, chosen) if chosen else (unschedulable_reason(gang, topo) or "does not fit")
         level -= 1
+
+
+def _descend(order: TopologyOrder, slots: np.ndarray, level: int, host_level: int, chosen: Chosen) -> Chosen:
+    """Split the chosen domains' counts over their children, level by level down to the hosts."""
+    while level < host_level and chosen:
+        children = np.concatenate([order.children[d] for d, _ in chosen])
+        chosen = _take_minimum(order, slots, children, sum(n for _, n in chosen))
+        level += 1
+    return chosen
+
+
+def _rank_ordered_pods(order: TopologyOrder, hosts: Chosen) -> tuple[int, ...]:
+    """Node per pod: hosts sorted by their domain names outermost first, each filled in index order."""
+    host_ids = np.array([d for d, _ in hosts], dtype=np.int64)
+    counts = np.array([n for _, n in hosts], dtype=np.int64)
+    nodes = order.first_node[host_ids]
+    keys = order.path_rank[nodes]
+    ranked = np.lexsort(keys.T[::-1])
+    return tuple(np.repeat(nodes[ranked], counts[ranked]).tolist())
 
 
 class KueueTasPolicy:
@@ -78,22 +99,15 @@ class KueueTasPolicy:
         if view.total < len(gang.pods):
             return Assignment.unschedulable(unschedulable_reason(gang, topo) or "does not fit")
         try:
-            found = _fit_level(gang, topo, view)
+            found = _fit_level(gang, topo, view.domain_slots)
         except TopologyError as exc:
             return Assignment.unschedulable(f"topology constraint cannot be met: {exc}")
         if isinstance(found, str):
             return Assignment.unschedulable(found)
         level, chosen = found
-        while level < topo.host_level:
-            children = [c for d, _ in chosen for c in topo.domains[d].children]
-            chosen = _take_minimum(topo, view, children, sum(n for _, n in chosen))
-            level += 1
-        hosts = sorted(chosen, key=lambda item: tuple(topo.domains[d].name for d in
-                                                      topo.nodes[topo.domains[item[0]].nodes[0]].path))
-        pod_nodes: list[int] = []
-        for host, count in hosts:
-            pod_nodes.extend([topo.domains[host].nodes[0]] * count)
-        return Assignment(tuple(pod_nodes))
+        order = topology_order(topo)
+        hosts = _descend(order, view.domain_slots, level, topo.host_level, chosen)
+        return Assignment(_rank_ordered_pods(order, hosts))
 
 
 def factory(**_options: object) -> KueueTasPolicy:

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import heapq
 
+import numpy as np
+
 from plugins.policies.meshfit_search import ROOT, SlotView, slot_view
+from plugins.policies.ordering import topology_order
 from scheduler.capacity import constraint_levels
 from scheduler.explain import unschedulable_reason
 from scheduler.jobs import Gang
@@ -21,11 +24,6 @@ from scheduler.placement import Assignment
 from topology.model import ClusterTopology, TopologyError
 
 NAME = "volcano-hypernode"
-
-
-def _utilisation(topo: ClusterTopology, domain: int) -> float:
-    d = topo.domains[domain]
-    return (d.gpus_total - d.gpus_free) / d.gpus_total if d.gpus_total else 0.0
 
 
 def binpack_nodes(gang: Gang, topo: ClusterTopology, view: SlotView, nodes: list[int]) -> list[int]:
@@ -50,11 +48,16 @@ def binpack_nodes(gang: Gang, topo: ClusterTopology, view: SlotView, nodes: list
 
 
 def _pick_hypernode(topo: ClusterTopology, view: SlotView, level: int, pods: int) -> int | None:
-    """The most utilised HyperNode at `level` that can hold every pod (ties by name)."""
-    fitting = [d.id for d in topo.domains if d.level == level and view.slots(d.id) >= pods]
-    if not fitting:
+    """The most utilised HyperNode at `level` that can hold every pod (ties by name, then by id)."""
+    order = topology_order(topo)
+    at_level = order.at_level[level]
+    fitting = at_level[view.domain_slots[at_level] >= pods]
+    if not fitting.size:
         return None
-    return min(fitting, key=lambda d: (-_utilisation(topo, d), topo.domains[d].name))
+    total = order.domain_gpus[fitting]
+    used = total - topo.free_arrays()[1][fitting]
+    utilisation = np.divide(used, total, out=np.zeros(fitting.size, dtype=np.float64), where=total > 0)
+    return int(fitting[np.lexsort((order.domain_rank[fitting], -utilisation))[0]])
 
 
 class VolcanoHyperNodePolicy:

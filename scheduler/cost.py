@@ -221,6 +221,17 @@ class LayoutPricer:
         self.groups = _rank_groups(gang.parallelism, self.order)
         """Axis -> (groups, members) ranks (shared, read-only)."""
         self.pod_groups = _pod_groups(gang.parallelism, self.order, gang.gpus_per_pod)
+        self._inside_pods: dict[str, tuple[float, int]] = {}
+        """Cost of axes whose every group sits inside one pod: the same for any layout."""
+        self._memo: dict[bytes, float] = {}
+
+    def step_seconds(self, pod_nodes: np.ndarray) -> float:
+        """`price(pod_nodes)[0]`, remembered per layout (searches often propose one layout several times)."""
+        key = np.ascontiguousarray(pod_nodes, dtype=np.int64).tobytes()
+        seconds = self._memo.get(key)
+        if seconds is None:
+            seconds = self._memo[key] = self.price(pod_nodes)[0]
+        return seconds
 
     def price(self, pod_nodes: Sequence[int] | np.ndarray) -> tuple[float, dict[str, float], dict[str, int]]:
         """(step seconds, seconds per axis, widest level crossed per axis) for pod i on `pod_nodes[i]`."""
@@ -228,7 +239,12 @@ class LayoutPricer:
         by_axis = {axis: 0.0 for axis in AXES}
         widest: dict[str, int] = {}
         for axis, groups in self.pod_groups.items():
-            by_axis[axis], widest[axis] = _axis_cost(self.geo, self.traffic[axis], groups, nodes)
+            if groups.pods.shape[1] == 1:
+                if axis not in self._inside_pods:
+                    self._inside_pods[axis] = _axis_cost(self.geo, self.traffic[axis], groups, nodes)
+                by_axis[axis], widest[axis] = self._inside_pods[axis]
+            else:
+                by_axis[axis], widest[axis] = _axis_cost(self.geo, self.traffic[axis], groups, nodes)
         return sum(by_axis.values()), by_axis, widest
 
 

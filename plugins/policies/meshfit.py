@@ -61,18 +61,19 @@ def clearly_costlier(cost: float, best_cost: float) -> bool:
 
 def whole_domains_broken(topo: ClusterTopology, view: SlotView, pod_nodes: np.ndarray) -> int:
     """How many fully free domains (hosts included) this layout starts using."""
-    touched = np.unique(view.tree.paths[np.unique(pod_nodes)].ravel())
     free = view.__dict__.get("_domain_free")
     if free is None:
-        free = view.__dict__.setdefault("_domain_free", _domain_free(topo))
+        free = view.__dict__.setdefault("_domain_free", _domain_free(topo).tolist())
     total = _domain_total(topo)
-    return int(np.count_nonzero(free[touched] == total[touched]))
+    paths = view.tree.path_lists
+    touched = {domain for node in set(pod_nodes.tolist()) for domain in paths[node]}
+    return sum(1 for domain in touched if free[domain] == total[domain])
 
 
-def _domain_total(topo: ClusterTopology) -> np.ndarray:
+def _domain_total(topo: ClusterTopology) -> list[int]:
     cached = getattr(topo, "_meshfit_domain_total", None)
-    if cached is None or cached.shape[0] != len(topo.domains):
-        cached = np.array([d.gpus_total for d in topo.domains], dtype=np.int64)
+    if cached is None or len(cached) != len(topo.domains):
+        cached = [d.gpus_total for d in topo.domains]
         topo._meshfit_domain_total = cached  # type: ignore[attr-defined]
     return cached
 
@@ -119,7 +120,7 @@ class MeshfitPolicy:
         for sequence, blocks, strategy in plans:
             pod_nodes = np.empty(pods, dtype=np.int64)
             pod_nodes[sequence] = fill_domain(view, domain, pods, blocks, strategy)
-            cost = pricer.price(pod_nodes)[0]
+            cost = pricer.step_seconds(pod_nodes)
             if best is not None and clearly_costlier(cost, best.cost):
                 continue  # cannot win even on tie-breaks: skip pricing its fragmentation
             tie = (whole_domains_broken(topo, view, pod_nodes), -level, leftover)

@@ -41,6 +41,10 @@ class TreeIndex:
         for d in topo.domains:
             self.ancestors[d.id, : d.level + 1] = topo.nodes[d.nodes[0]].path[: d.level + 1]
         self.oversubscribed = any(level.link.oversubscription > 1.0 for level in topo.levels)
+        self.path_lists: list[list[int]] = self.paths.tolist()
+        """`paths` as Python lists (cheaper than numpy for a handful of nodes)."""
+        self.level_domains = [np.flatnonzero(self.domain_level == level) for level in range(self.levels)]
+        """Domain ids of each level, ascending."""
         self.size = (len(topo.nodes), len(topo.domains))
 
     def kids(self, domain: int) -> list[int]:
@@ -314,7 +318,10 @@ def _fill_pieces(view: SlotView, kids: list[int], pieces: list[list[tuple[int, i
 
 
 def candidate_domains(view: SlotView, pods: int, min_level: int, per_level: int = 3) -> list[int]:
-    """Domains that can hold `pods`, deepest level first: per level the best fits and the roomiest."""
+    """Domains that can hold `pods`, deepest level first: per level the best fits and the roomiest.
+
+    Per level: the `per_level - 1` domains with the fewest slots that still fit (ties: lower id first)
+    and the roomiest (ties: highest id), found by partial selection rather than a full sort."""
     tree = view.tree
     found: list[int] = []
     for level in range(tree.levels - 1, min_level - 1, -1):
@@ -322,10 +329,17 @@ def candidate_domains(view: SlotView, pods: int, min_level: int, per_level: int 
             if view.total >= pods:
                 found.append(ROOT)
             continue
-        ids = np.flatnonzero((tree.domain_level == level) & (view.domain_slots >= pods))
+        at_level = tree.level_domains[level]
+        ids = at_level[view.domain_slots[at_level] >= pods]
         if ids.size == 0:
             continue
-        by_fit = ids[np.argsort(view.domain_slots[ids], kind="stable")]
-        picks = list(by_fit[: per_level - 1]) + [by_fit[-1]]
-        found.extend(dict.fromkeys(int(d) for d in picks))
+        key = view.domain_slots[ids] * (tree.size[1] + 1) + ids  # (slots, id) as one sortable integer
+        fewest = max(per_level - 1, 0)
+        if ids.size > fewest + 1 and fewest > 0:
+            smallest = np.argpartition(key, fewest - 1)[:fewest]
+            smallest = smallest[np.argsort(key[smallest])]
+        else:
+            smallest = np.argsort(key)[:fewest]
+        picks = [int(d) for d in ids[smallest]] + [int(ids[int(np.argmax(key))])]
+        found.extend(dict.fromkeys(picks))
     return found

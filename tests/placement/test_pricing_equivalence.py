@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plugins.policies.meshfit import RELATIVE_TIE, MeshfitPolicy
-from plugins.policies.meshfit_search import _pack, slot_view
+from plugins.policies.meshfit_search import ROOT, _pack, candidate_domains, slot_view
 from scheduler.cost import LayoutPricer, collective_factor, geometry, lower_bound_seconds
 from scheduler.jobs import AXES
 from tests.placement.placement_builders import make_cluster, make_gang
@@ -126,3 +126,26 @@ def test_single_pod_shortcut_answers_on_standard_presets():
     answer = policy._single_pod(gang, topo, view, domains, "tp-cp-ep-dp-pp", floor)
     assert answer is not None and answer.pod_nodes is not None
     assert topo.nodes[answer.pod_nodes[0]].gpus_free >= 4
+
+
+def reference_candidates(view, pods: int, min_level: int, per_level: int) -> list[int]:
+    """Candidate domains by a full stable sort per level (what partial selection replaced)."""
+    found: list[int] = []
+    for level in range(view.tree.levels - 1, min_level - 1, -1):
+        if level == ROOT:
+            found += [ROOT] if view.total >= pods else []
+            continue
+        ids = np.flatnonzero((view.tree.domain_level == level) & (view.domain_slots >= pods))
+        if ids.size:
+            by_fit = ids[np.argsort(view.domain_slots[ids], kind="stable")]
+            found.extend(dict.fromkeys(int(d) for d in list(by_fit[: per_level - 1]) + [by_fit[-1]]))
+    return found
+
+
+@settings(max_examples=80, deadline=None)
+@given(preset=st.sampled_from(["hgx-h100", "gb200-nvl72", "aws-p5"]), used=st.floats(0.0, 0.95),
+       pods=st.integers(1, 12), per_level=st.integers(1, 5), seed=st.integers(0, 500))
+def test_candidate_domains_match_a_full_sort(preset, used, pods, per_level, seed):
+    topo = generate_cluster(preset, 40, seed=seed, used_fraction=used)
+    view = slot_view(make_gang(tp=2, dp=pods, gpus_per_pod=2), topo)
+    assert candidate_domains(view, pods, ROOT, per_level) == reference_candidates(view, pods, ROOT, per_level)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import threading
 from pathlib import Path
 from typing import Any, Optional
@@ -88,6 +87,7 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from scheduler.service.app import build_scheduler, create_app
+        from scheduler.service.gcpolicy import GcPolicy
 
         if cluster is not None and kubeconfig is not None:
             fail("use either --cluster (embedded mode) or --kubeconfig (real mode), not both")
@@ -108,12 +108,16 @@ def register(app: typer.Typer) -> None:
             scheduler, metrics = build_scheduler(state, binder, policy, publisher)
         except (ValueError, OSError, ImportError) as exc:
             fail(str(exc))
-        gc.collect()
-        gc.freeze()  # the loaded cluster is long-lived: keep it out of every later GC pass
+        # The loaded cluster is long-lived: freeze it out of every later collection, and again after each
+        # rebuild / every few minutes (GcPolicy, driven by the sweeper; the reasoning is in gcpolicy.py).
+        gc_policy = GcPolicy(state)
+        gc_policy.freeze_now()
+        metrics.track_gc_pauses()  # meshfit_gc_pause_seconds{generation}
         grpc_server = _start_grpc(scheduler, grpc_port, host) if grpc_port else None
         ready = (lambda: True) if cluster is not None else (lambda: state.generation > 0)
         try:
-            uvicorn.run(create_app(scheduler, metrics, ready), host=host, port=port, log_level="warning")
+            uvicorn.run(create_app(scheduler, metrics, ready, gc_policy=gc_policy), host=host, port=port,
+                        log_level="warning")
         finally:
             if grpc_server is not None:
                 grpc_server.stop(grace=1)

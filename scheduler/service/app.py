@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from scheduler.service import extender, volcano
 from scheduler.service.binding import Binder, RankTablePublisher
+from scheduler.service.gcpolicy import GcPolicy
 from scheduler.service.ranktables import lookup_rank_table
 from scheduler.service.metrics import ServiceMetrics
 from scheduler.service.scheduling import GangScheduler
@@ -109,8 +110,9 @@ def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[
 
 
 def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[], bool] = lambda: True,
-               sweep_seconds: float = 1.0) -> Starlette:
-    """The ASGI app serving every verb of one scheduler."""
+               sweep_seconds: float = 1.0, gc_policy: GcPolicy | None = None) -> Starlette:
+    """The ASGI app serving every verb of one scheduler (with `gc_policy`, its sweeper also re-freezes
+    the long-lived state for the garbage collector after rebuilds; see `scheduler.service.gcpolicy`)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette):
@@ -120,6 +122,8 @@ def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callabl
                 scheduler.sweep()
                 if scheduler.rank_tables.due():
                     await run_in_threadpool(scheduler.publish_due)  # retries failed publishes (API I/O)
+                if gc_policy is not None:
+                    gc_policy.maybe_refreeze()
 
         task = asyncio.create_task(sweeper())
         try:

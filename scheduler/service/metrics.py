@@ -7,14 +7,15 @@ predicted step-time ratio to the lower bound of placed gangs are recorded as the
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from scheduler.capacity import domain_pod_slots
 from scheduler.placement import Placement
+from scheduler.service.gcpolicy import GcPauseRecorder
 from scheduler.state import ClusterState
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -55,6 +56,23 @@ class StateCollector(Collector):
         yield per_level
 
 
+class GcPauseCollector(Collector):
+    """`meshfit_gc_pause_seconds{generation}`: the garbage collector's pauses, from a `GcPauseRecorder`."""
+
+    def __init__(self, recorder: GcPauseRecorder) -> None:
+        self.recorder = recorder
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        """One histogram family with a series per generation."""
+        family = HistogramMetricFamily("meshfit_gc_pause_seconds", "Garbage-collection pauses per generation.",
+                                       labels=["generation"])
+        bounds = [str(b) for b in self.recorder.buckets] + ["+Inf"]
+        for generation, counts in enumerate(self.recorder.counts):
+            cumulative = [sum(counts[:i + 1]) for i in range(len(counts))]
+            family.add_metric([str(generation)], list(zip(bounds, cumulative)), self.recorder.sums[generation])
+        yield family
+
+
 class ServiceMetrics:
     """Every metric of one service instance and its registry."""
 
@@ -88,6 +106,19 @@ class ServiceMetrics:
     def observe_publish_failure(self, gang_key: str, error: Exception) -> None:
         """Count a failed rank-table publish."""
         self.rank_table_failures.inc()
+
+    def track_gc_pauses(self) -> Callable[[], None]:
+        """Export garbage-collection pauses (process-wide `gc.callbacks`); returns the function that stops it."""
+        recorder = GcPauseRecorder(LATENCY_BUCKETS)
+        collector = GcPauseCollector(recorder)
+        self.registry.register(collector)
+        uninstall = recorder.install()
+
+        def stop() -> None:
+            uninstall()
+            self.registry.unregister(collector)
+
+        return stop
 
     def exposition(self) -> bytes:
         """The Prometheus text format of everything."""

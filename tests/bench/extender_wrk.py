@@ -6,6 +6,9 @@ subprocess with `wrk` (Debian package `wrk`) and prints wrk's latency distributi
 
     python tests/bench/extender_wrk.py reserved   # /filter for members of reserved gangs, 5,000 nodes
     python tests/bench/extender_wrk.py first 8    # first-member /filter (places a gang), 16,384 GPUs, 8 conns
+
+`first` sends each of 250 first members once (wrk stops when 250 were answered): every measured
+request places a new gang, none is a repeat answered from its reservation.
 """
 
 from __future__ import annotations
@@ -30,20 +33,27 @@ for i = 0, {count} - 1 do
   local f = io.open("{folder}/b" .. i .. ".json", "rb"); bodies[i + 1] = f:read("*a"); f:close()
 end
 local counter = 0
+local answered = 0
 request = function()
   counter = counter + 1
   return wrk.format("POST", nil, {{["Content-Type"] = "application/json"}}, bodies[{pick}])
+end
+response = function(status, headers, body)
+  answered = answered + 1
+  if {stop_after} > 0 and answered >= {stop_after} then wrk.thread:stop() end
 end
 """
 
 
 def run_wrk(url: str, bodies: list[bytes], folder: Path, connections: int, seconds: int, cycle: bool) -> str:
-    """POST the bodies in order (cycling, or repeating the last once they run out); wrk's report."""
+    """POST the bodies in order for `seconds` (cycling), or once each (stopping once as many were answered,
+    or after `seconds`); wrk's report."""
     for i, body in enumerate(bodies):
         (folder / f"b{i}.json").write_bytes(body)
     script = folder / "bodies.lua"
     pick = f"((counter - 1) % {len(bodies)}) + 1" if cycle else f"math.min(counter, {len(bodies)})"
-    script.write_text(BODY_SCRIPT.format(count=len(bodies), folder=folder, pick=pick))
+    script.write_text(BODY_SCRIPT.format(count=len(bodies), folder=folder, pick=pick,
+                                         stop_after=0 if cycle else len(bodies)))
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url]
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
 
@@ -65,7 +75,7 @@ def first_members(folder: Path, connections: int) -> str:
     cluster, names = write_cluster(folder, 2048)
     bodies = [filter_body(gang_member(f"first{g}", 0, 8), names) for g in range(250)]
     with served(cluster) as url:
-        return run_wrk(f"{url}/filter", bodies, folder, connections, 2, cycle=False)
+        return run_wrk(f"{url}/filter", bodies, folder, connections, 10, cycle=False)
 
 
 def main() -> None:

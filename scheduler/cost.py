@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from scheduler.jobs import AXES, Gang, Parallelism, parse_rank_order
+from scheduler.jobs import AXES, Gang, ModelShape, Parallelism, parse_rank_order
 from scheduler.layout import axis_groups
 from scheduler.placement import CostReport
 from topology.model import ClusterTopology, LinkTier
@@ -61,8 +61,12 @@ def collective_seconds(collective: str, size_bytes: float, n: int, bandwidth_gbp
 
 
 def axis_traffic(gang: Gang) -> dict[str, AxisTraffic]:
-    """Per-axis collective kind and volumes for one training step of `gang` (see module doc)."""
-    par, model = gang.parallelism, gang.model
+    """Per-axis collective kind and volumes for one training step of `gang` (see module doc; shared, read-only)."""
+    return _traffic(gang.parallelism, gang.model)
+
+
+@lru_cache(maxsize=1024)
+def _traffic(par: Parallelism, model: ModelShape) -> dict[str, AxisTraffic]:
     m = model.micro_batches(par.dp)
     layers_per_stage = math.ceil(model.layers / par.pp)
     tokens = model.micro_batch * model.seq / par.cp
@@ -92,6 +96,8 @@ class _Geometry:
         self.shared_levels = [lvl for lvl in range(-1, self.host) if self.link(lvl).oversubscription > 1.0]
         """Tiers whose uplinks are shared (oversubscribed): only there does contention depend on the layout."""
         self.dedicated_bandwidth = self._dedicated_bandwidth()
+        self.bounds: dict[tuple, float] = {}
+        """(parallelism, model) -> lower bound seconds: they depend only on the job shape and the links."""
 
     def link(self, level: int) -> LinkTier:
         """Link of the tier at `level` (-1 = cluster)."""
@@ -179,10 +185,17 @@ def _axis_cost(geo: _Geometry, traffic: AxisTraffic, groups: _PodGroups, pod_nod
     return float(seconds.max()) * traffic.calls_per_step, int(levels.min())
 
 
-def lower_bound_seconds(gang: Gang, topo: ClusterTopology, traffic: dict[str, AxisTraffic] | None = None) -> float:
-    """Sum over axes of the time if every group sat alone on the best tier big enough for it."""
-    traffic = traffic or axis_traffic(gang)
-    largest = geometry(topo).largest_by_level
+def lower_bound_seconds(gang: Gang, topo: ClusterTopology) -> float:
+    """Sum over axes of the time if every group sat alone on the best tier big enough for it (cached per
+    job shape on the topology's geometry)."""
+    geo = geometry(topo)
+    key = (gang.parallelism, gang.model)
+    if key not in geo.bounds:
+        geo.bounds[key] = _lower_bound(gang, topo, axis_traffic(gang), geo.largest_by_level)
+    return geo.bounds[key]
+
+
+def _lower_bound(gang: Gang, topo: ClusterTopology, traffic: dict[str, AxisTraffic], largest: list[int]) -> float:
     total = 0.0
     for axis in AXES:
         n = gang.parallelism.degree(axis)
@@ -253,4 +266,4 @@ def estimate_cost(gang: Gang, pod_nodes: Sequence[int], topo: ClusterTopology, r
     pricer = LayoutPricer(gang, topo, rank_order)
     total, by_axis, widest = pricer.price(pod_nodes)
     tier_by_axis = {axis: topo.tier_name(widest[axis]) if axis in widest else NO_TIER for axis in AXES}
-    return CostReport(total, lower_bound_seconds(gang, topo, pricer.traffic), by_axis, tier_by_axis)
+    return CostReport(total, lower_bound_seconds(gang, topo), by_axis, tier_by_axis)

@@ -129,8 +129,8 @@ class MeshfitPolicy:
                 best = candidate
         return best
 
-    def _single_pod(self, gang: Gang, topo: ClusterTopology, view: SlotView, domains: list[int],
-                    order: str, floor: float) -> Assignment | None:
+    def _single_pod(self, gang: Gang, topo: ClusterTopology, view: SlotView, order: str,
+                    floor: float) -> Assignment | None:
         """The general search's answer for a one-pod gang, without re-pricing identical layouts.
 
         A single pod sits on one node whatever the domain or rank order, so every host-level candidate
@@ -138,7 +138,7 @@ class MeshfitPolicy:
         that cost reaches the lower bound, last.  Returns None when it does not (unusual link tiers):
         the general search then decides."""
         tree = view.tree
-        hosts = [d for d in domains if tree.level_of(d) == tree.levels - 1]
+        hosts = candidate_domains(view, 1, tree.levels - 1, self.per_level)  # what the search visits first
         if not hosts:
             return None
         cost = LayoutPricer(gang, topo, order).price([tree.host_node[hosts[0]]])[0]
@@ -155,18 +155,19 @@ class MeshfitPolicy:
     def assign(self, gang: Gang, topo: ClusterTopology) -> Assignment:
         """Choose nodes and pod order for the whole gang, or say why it cannot fit."""
         view = slot_view(gang, topo)
+        orders = SUPPORTED_RANK_ORDERS if gang.rank_order == AUTO_RANK_ORDER else (gang.rank_order,)
+        floor = lower_bound_seconds(gang, topo) * (1 + RELATIVE_TIE)
         try:
+            if len(gang.pods) == 1 and self.single_pod_shortcut:
+                constraint_levels(gang, topo)  # the same errors as the search's candidate domains
+                single = self._single_pod(gang, topo, view, orders[0], floor)
+                if single is not None:
+                    return single
             domains = self._candidates(gang, topo, view)
         except TopologyError as exc:
             return Assignment.unschedulable(f"topology constraint cannot be met: {exc}")
         if not domains:
             return Assignment.unschedulable(unschedulable_reason(gang, topo) or "no domain can hold the gang")
-        orders = SUPPORTED_RANK_ORDERS if gang.rank_order == AUTO_RANK_ORDER else (gang.rank_order,)
-        floor = lower_bound_seconds(gang, topo) * (1 + RELATIVE_TIE)
-        if len(gang.pods) == 1 and self.single_pod_shortcut:
-            single = self._single_pod(gang, topo, view, domains, orders[0], floor)
-            if single is not None:
-                return single
         best: Candidate | None = None
         pricers = [LayoutPricer(gang, topo, order) for order in orders]
         strategies = (PACK, BALANCE, SPREAD) if view.tree.oversubscribed else (PACK,)

@@ -106,10 +106,11 @@ def test_pack_matches_the_quadratic_reference(children, need):
 
 @settings(max_examples=60, deadline=None)
 @given(preset=st.sampled_from(["hgx-h100", "gb200-nvl72", "aws-p5"]), used=st.floats(0.0, 0.9),
-       gpus=st.sampled_from([1, 2, 4, 8]), order=st.sampled_from(["auto", "tp-cp-ep-pp-dp"]), seed=st.integers(0, 500))
-def test_single_pod_shortcut_decides_as_the_general_search(preset, used, gpus, order, seed):
+       gpus=st.sampled_from([1, 2, 4, 8]), order=st.sampled_from(["auto", "tp-cp-ep-pp-dp"]), seed=st.integers(0, 500),
+       constraint=st.sampled_from([(None, None), ("spine", None), (None, "leaf"), ("no-such-level", None)]))
+def test_single_pod_shortcut_decides_as_the_general_search(preset, used, gpus, order, seed, constraint):
     topo = generate_cluster(preset, 48, seed=seed, used_fraction=used)
-    gang = make_gang(tp=gpus, gpus_per_pod=gpus, rank_order=order)
+    gang = make_gang(tp=gpus, gpus_per_pod=gpus, rank_order=order, required=constraint[0], preferred=constraint[1])
     fast = MeshfitPolicy().assign(gang, topo)
     general = MeshfitPolicy(single_pod_shortcut=False).assign(gang, topo)
     assert (fast.pod_nodes, fast.rank_order, fast.reason) == (general.pod_nodes, general.rank_order, general.reason)
@@ -121,9 +122,8 @@ def test_single_pod_shortcut_answers_on_standard_presets():
     gang = make_gang(tp=4, gpus_per_pod=4)
     policy = MeshfitPolicy()
     view = slot_view(gang, topo)
-    domains = policy._candidates(gang, topo, view)
     floor = lower_bound_seconds(gang, topo) * (1 + RELATIVE_TIE)
-    answer = policy._single_pod(gang, topo, view, domains, "tp-cp-ep-dp-pp", floor)
+    answer = policy._single_pod(gang, topo, view, "tp-cp-ep-dp-pp", floor)
     assert answer is not None and answer.pod_nodes is not None
     assert topo.nodes[answer.pod_nodes[0]].gpus_free >= 4
 

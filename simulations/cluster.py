@@ -3,10 +3,11 @@
 The topology handed to the engine is the ordinary `ClusterTopology`, with one bookkeeping-only
 speed-up for long simulations (`make_fast`): each node's `gpus_free` becomes a plain attribute kept
 in sync whenever `gpus_used` or `schedulable` is assigned, the cluster's free total is summed over
-the top-level domains instead of every node, and a histogram of nodes by free GPUs is kept so the
-simulator can count free pod slots (`free_pod_slots`) without walking every node.  Every policy reads
-the same values it would read from the base classes (tests check this); only the cost of reading
-them changes.
+the top-level domains instead of every node, a histogram of nodes by free GPUs is kept so the
+simulator can count free pod slots (`free_pod_slots`) without walking every node, and numpy arrays
+of every node's used GPUs and schedulability (`node_state`) are kept in step for the sampler.
+Every policy reads the same values it would read from the base classes (tests check this); only
+the cost of reading them changes.
 """
 
 from __future__ import annotations
@@ -15,13 +16,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from topology.model import ClusterTopology, Node, TopologyError
+
+
+@dataclass
+class FastState:
+    """Per-node bookkeeping shared by a `FastTopology` and its nodes, kept exact by the node setters."""
+
+    used: np.ndarray
+    """GPUs used per node index."""
+    up: np.ndarray
+    """Schedulable per node index."""
+    histogram: list[int]
+    """Number of nodes per free-GPU count."""
 
 
 class FastNode(Node):
     """A `Node` whose `gpus_free` is a stored attribute refreshed on every usage/schedulability change."""
 
     gpus_free = 0  # shadows the base property; the instance attribute is kept exact by the setters
+    _shared: FastState
 
     @property  # type: ignore[override]
     def gpus_used(self) -> int:
@@ -31,6 +47,7 @@ class FastNode(Node):
     @gpus_used.setter
     def gpus_used(self, value: int) -> None:
         self._used = value
+        self._shared.used[self.index] = value
         self._refresh()
 
     @property  # type: ignore[override]
@@ -41,25 +58,42 @@ class FastNode(Node):
     @schedulable.setter
     def schedulable(self, value: bool) -> None:
         self._schedulable = value
+        self._shared.up[self.index] = value
         self._refresh()
 
     def _refresh(self) -> None:
-        if "_used" in self.__dict__ and "_schedulable" in self.__dict__:
-            before = self.gpus_free
-            self.gpus_free = max(self.gpus_total - self._used, 0) if self._schedulable else 0
-            histogram = self.__dict__.get("_free_histogram")
-            if histogram is not None:
-                histogram[before] -= 1
-                histogram[self.gpus_free] += 1
+        before = self.gpus_free
+        after = max(self.gpus_total - self._used, 0) if self._schedulable else 0
+        if after != before:
+            self.gpus_free = after
+            histogram = self._shared.histogram
+            histogram[before] -= 1
+            histogram[after] += 1
 
 
 class FastTopology(ClusterTopology):
     """A `ClusterTopology` that also answers "how many pods of this size fit" from a free-GPU histogram."""
 
+    _fast: FastState
+
     def pod_slots(self, pod_gpus: int) -> int:
         """Pods of `pod_gpus` GPUs that fit in the free GPUs of schedulable nodes (from the histogram)."""
-        histogram = self._free_histogram  # type: ignore[attr-defined]
+        histogram = self._fast.histogram
         return sum(count * (free // pod_gpus) for free, count in enumerate(histogram) if count and free >= pod_gpus)
+
+
+def node_state(topo: ClusterTopology) -> tuple[np.ndarray, np.ndarray]:
+    """(GPUs used per node index, schedulable per node index): live arrays on a `FastTopology`, else fresh copies."""
+    if isinstance(topo, FastTopology):
+        return topo._fast.used, topo._fast.up
+    used = np.fromiter((n.gpus_used for n in topo.nodes), dtype=np.int64, count=len(topo.nodes))
+    up = np.fromiter((n.schedulable for n in topo.nodes), dtype=bool, count=len(topo.nodes))
+    return used, up
+
+
+def all_schedulable(topo: ClusterTopology) -> bool:
+    """True if every node of `topo` accepts new pods."""
+    return bool(node_state(topo)[1].all())
 
 
 def free_pod_slots(topo: ClusterTopology, pod_gpus: int) -> int:
@@ -71,17 +105,16 @@ def free_pod_slots(topo: ClusterTopology, pod_gpus: int) -> int:
 
 def make_fast(topo: ClusterTopology) -> ClusterTopology:
     """Turn `topo` (in place) into a `FastTopology` of `FastNode`s with identical state; returns it."""
+    used, up = node_state(topo)
+    state = FastState(used, up, [0] * (max((n.gpus_total for n in topo.nodes), default=0) + 1))
     for node in topo.nodes:
-        used, schedulable = node.__dict__.pop("gpus_used"), node.__dict__.pop("schedulable")
+        used_gpus, schedulable = node.__dict__.pop("gpus_used"), node.__dict__.pop("schedulable")
         node.__class__ = FastNode
-        node._used = used
-        node.schedulable = schedulable
-    histogram = [0] * (max((n.gpus_total for n in topo.nodes), default=0) + 1)
-    for node in topo.nodes:
-        histogram[node.gpus_free] += 1
-        node._free_histogram = histogram  # type: ignore[attr-defined]
+        node._used, node._schedulable, node._shared = used_gpus, schedulable, state
+        node.gpus_free = max(node.gpus_total - used_gpus, 0) if schedulable else 0
+        state.histogram[node.gpus_free] += 1
     topo.__class__ = FastTopology
-    topo._free_histogram = histogram  # type: ignore[attr-defined]
+    topo._fast = state  # type: ignore[attr-defined]
     covered = sum(topo.domains[d].gpus_total for d in topo.root_domain_ids)
     if covered != sum(n.gpus_total for n in topo.nodes):
         raise TopologyError("top-level domains do not cover every node")

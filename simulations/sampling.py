@@ -5,7 +5,9 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from simulations.cluster import nvlink_level
+import numpy as np
+
+from simulations.cluster import node_state, nvlink_level
 from simulations.workload import Workload
 from topology.model import ClusterTopology
 
@@ -33,6 +35,8 @@ class Sampler:
         self.target = max(samples, 2)
         self.next_time = workload.jobs[0].submit if workload.jobs else 0.0
         self.level = nvlink_level(topo)
+        self.level_domains = np.array([node.path[self.level] for node in topo.nodes], dtype=np.int64)
+        """Each node's domain at the NVLink level."""
         self.waiting_pod_sizes: dict[int, int] = {}
         self.rows: list[tuple] = []
 
@@ -64,19 +68,12 @@ class Sampler:
     def _row(self, sim: "Simulator") -> tuple:
         topo, total = self.topo, sim.total_gpus
         smallest = min(self.waiting_pod_sizes) if self.waiting_pod_sizes else 0
-        free = stranded = down = 0
-        touched: set[int] = set()
-        level = self.level
-        for node in topo.nodes:
-            if not node.schedulable:
-                down += 1
-                continue
-            node_free = node.gpus_free
-            free += node_free
-            if node_free < smallest:
-                stranded += node_free
-            if node.gpus_used:
-                touched.add(node.path[level])
-        broken = sum(1 for d in touched if topo.domains[d].gpus_free > 0)
+        node_free, domain_free = topo.free_arrays()
+        used, up = node_state(topo)
+        free = int(node_free.sum())  # 0 on unschedulable nodes
+        stranded = int(node_free[node_free < smallest].sum())
+        touched = np.unique(self.level_domains[up & (used != 0)])
+        broken = int(np.count_nonzero(domain_free[touched] > 0))
+        down = int(up.size - np.count_nonzero(up))
         return (sim.busy, round(sim.busy / total, 6), len(sim.queue), len(sim.running_by_end), free, stranded,
                 round(stranded / total, 6), broken, down)

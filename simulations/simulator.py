@@ -25,7 +25,7 @@ from typing import Callable
 
 from scheduler import engine
 from scheduler.placement import Placement
-from simulations.cluster import free_pod_slots, gpus_per_node
+from simulations.cluster import all_schedulable, free_pod_slots, gpus_per_node, node_state
 from simulations.config import Backfill, QueueOrder, SimConfig
 from simulations.jobstate import DONE, QUEUED, REJECTED, RUNNING, RunJob
 from simulations.metrics import RunResult, details, job_row, summarize
@@ -199,8 +199,8 @@ class Simulator:
         return False
 
     def _reservation_for(self, head: RunJob) -> Reservation:
-        free_now = [node.gpus_free for node in self.topo.nodes]
-        up = [node.schedulable for node in self.topo.nodes]
+        free_now = self.topo.free_arrays()[0].tolist()
+        up = node_state(self.topo)[1].tolist()
         ends = ((end, rj.usage) for end, _, rj in self.running_by_end)
         return reserve(head.pod_gpus, len(head.gang.pods), self.now, free_now, up, ends)
 
@@ -240,7 +240,7 @@ class Simulator:
     def _never_fits(self, rj: RunJob) -> bool:
         """True if `rj` just failed to place on an idle cluster with every node up."""
         return (self.busy == 0 and self.failed_shapes.get(rj.shape) == self.epoch
-                and all(node.schedulable for node in self.topo.nodes))
+                and all_schedulable(self.topo))
 
     def _easy_check(self, rj: RunJob, attempt: tuple[Placement, float, float],
                     reservation: Reservation) -> tuple[Placement, float, float] | None:
@@ -266,7 +266,7 @@ class Simulator:
         """Nothing runs, nothing arrives, no node is down: the queue can never drain."""
         if arrival_index < len(self.jobs) or self.running_by_end or not self.queue:
             return False
-        return all(node.schedulable for node in self.topo.nodes)
+        return all_schedulable(self.topo)
 
     def run(self) -> RunResult:
         """Replay the whole workload and return its metrics."""

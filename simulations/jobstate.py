@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 from scheduler.jobs import Gang
@@ -62,7 +61,10 @@ class RunJob:
         self.state = RUNNING
         self.run_id += 1
         self.start = now
-        self.usage = {node: pods * self.gang.gpus_per_pod for node, pods in Counter(pod_node_indices).items()}
+        per_pod, usage = self.gang.gpus_per_pod, {}
+        for node in pod_node_indices:  # first-seen node order, as Counter would give
+            usage[node] = usage.get(node, 0) + per_pod
+        self.usage = usage
         self.slowdown, self.comm_ratio = slowdown, comm_ratio
         self.overhead = restart_seconds if self.restarts else 0.0
         self.end = now + self.overhead + self.work_left * slowdown

@@ -80,6 +80,9 @@ def _descend(order: TopologyOrder, slots: np.ndarray, level: int, host_level: in
 
 def _rank_ordered_pods(order: TopologyOrder, hosts: Chosen) -> tuple[int, ...]:
     """Node per pod: hosts sorted by their domain names outermost first, each filled in index order."""
+    if len(hosts) == 1:
+        host, count = hosts[0]
+        return (int(order.first_node[host]),) * count
     host_ids = np.array([d for d, _ in hosts], dtype=np.int64)
     counts = np.array([n for _, n in hosts], dtype=np.int64)
     nodes = order.first_node[host_ids]

@@ -12,6 +12,10 @@ import numpy as np
 from topology.model import ClusterTopology
 
 
+NO_FIT = np.iinfo(np.int64).max
+"""Sort key of a candidate that does not fit (larger than any real key)."""
+
+
 class TopologyOrder:
     """Name ranks, per-level domain ids, children, sizes and the by-name node order of one topology."""
 
@@ -46,9 +50,9 @@ def topology_order(topo: ClusterTopology) -> TopologyOrder:
 def best_fit(order: TopologyOrder, slots: np.ndarray, candidates: np.ndarray, need: int) -> int | None:
     """Among `candidates` holding at least `need` slots, the one with the fewest slots, then by name
     (the first in `candidates` order on a full tie); None if none fits."""
-    held = slots[candidates]
-    fits = held >= need
-    if not fits.any():
+    if not candidates.size:
         return None
-    fitting = candidates[fits]
-    return int(fitting[np.argmin(held[fits] * order.rank_span + order.domain_rank[fitting])])
+    held = slots[candidates]
+    key = np.where(held >= need, held * order.rank_span + order.domain_rank[candidates], NO_FIT)
+    best = int(key.argmin())
+    return int(candidates[best]) if held[best] >= need else None

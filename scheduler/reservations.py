@@ -17,6 +17,7 @@ The ledger has no lock of its own: `ClusterState` calls it under its single lock
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -158,6 +159,8 @@ class ReservationLedger:
         self.clock = clock
         self.entries: dict[str, Reservation] = {}
         self.expired_total = 0
+        self._next_expiry = math.inf
+        """No entry with reserved slots expires before this (a lower bound, exact after each scan)."""
 
     # ----- assume / commit / discard ---------------------------------------------------------
     def reserve(self, placement: Placement, indices: list[int] | None = None) -> Reservation:
@@ -183,6 +186,7 @@ class ReservationLedger:
             entry.slots[i] = Slot(i, placement.pod_nodes[i], gang.gpus_per_pod, SLOT_RESERVED,
                                   old.pod if old else None)
         entry.expires_at = now + self.ttl_seconds
+        self._next_expiry = min(self._next_expiry, entry.expires_at)
         if entry.placement is None or indices is None:
             entry.placement = placement
         self.entries[gang.key] = entry
@@ -238,11 +242,21 @@ class ReservationLedger:
         return True
 
     def expire(self, now: float | None = None) -> list[str]:
-        """Release the reserved slots of every gang past its TTL; returns the gang keys expired."""
+        """Release the reserved slots of every gang past its TTL; returns the gang keys expired.
+
+        Called on every filter and bind: it returns at once until the earliest deadline of any
+        reservation has passed (only `reserve` sets deadlines, and it lowers that bound), and only
+        then scans the entries, recomputing the bound from those still held.
+        """
         now = self.clock() if now is None else now
-        expired = []
+        if now < self._next_expiry:
+            return []
+        expired, next_expiry = [], math.inf
         for key, entry in list(self.entries.items()):
-            if entry.expires_at is None or entry.expires_at > now or not entry.reserved_slots():
+            if entry.expires_at is None or not entry.reserved_slots():
+                continue
+            if entry.expires_at > now:
+                next_expiry = min(next_expiry, entry.expires_at)
                 continue
             expired.append(key)
             for slot in entry.reserved_slots():
@@ -250,6 +264,7 @@ class ReservationLedger:
                 slot.state = SLOT_RELEASED
             if not any(s.state == SLOT_BOUND for s in entry.slots.values()):
                 del self.entries[key]
+        self._next_expiry = next_expiry
         self.expired_total += len(expired)
         return expired
 

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 from scheduler.engine import build_ranks
 from scheduler.handoff import annotations_for_pod
-from scheduler.jobs import AUTO_RANK_ORDER, DEFAULT_RANK_ORDER
-from scheduler.placement import PLACED, Placement
+from scheduler.jobs import AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, Gang
+from scheduler.placement import PLACED, Placement, RankInfo
 from scheduler.rank_table import rank_table_configmap
 from scheduler.reservations import SLOT_BOUND, Reservation
 
@@ -50,7 +50,8 @@ def reservation_placement(entry: Reservation) -> Placement:
     bound members were given (else the entry's)."""
     gang = entry.gang
     names = {index: slot.pod for index, slot in entry.slots.items() if slot.pod}
-    gang = replace(gang, pods=tuple(replace(pod, name=names.get(pod.index, pod.name)) for pod in gang.pods))
+    if any(names.get(pod.index, pod.name) != pod.name for pod in gang.pods):
+        gang = replace(gang, pods=tuple(replace(pod, name=names.get(pod.index, pod.name)) for pod in gang.pods))
     nodes = [entry.node_of(i) or "" for i in range(len(gang.pods))]
     given = entry.bound_given()
     order = (given.rank_order if given is not None  # what bound members were told wins
@@ -58,7 +59,17 @@ def reservation_placement(entry: Reservation) -> Placement:
     if order == AUTO_RANK_ORDER:
         order = DEFAULT_RANK_ORDER
     policy = entry.placement.policy if entry.placement is not None else ""
-    return Placement(gang, PLACED, policy, order, None, nodes, build_ranks(gang, nodes, order))
+    return Placement(gang, PLACED, policy, order, None, nodes, _ranks(entry, gang, nodes, order))
+
+
+def _ranks(entry: Reservation, gang: Gang, nodes: list[str], order: str) -> list[RankInfo]:
+    """`build_ranks(gang, nodes, order)`, copied from the entry's placement when that one already has them
+    (ranks depend only on the parallelism, GPUs per pod, nodes and order; pod names do not enter)."""
+    held = entry.placement
+    if (held is not None and held.ranks and held.rank_order == order and list(held.pod_nodes) == nodes
+            and held.gang.parallelism == gang.parallelism and held.gang.gpus_per_pod == gang.gpus_per_pod):
+        return list(held.ranks)
+    return build_ranks(gang, nodes, order)
 
 
 def master_address(entry: Reservation) -> str:

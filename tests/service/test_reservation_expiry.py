@@ -1,0 +1,80 @@
+"""Reservation TTLs: `ReservationLedger.expire` skips its scan until a deadline can have passed, and
+expires exactly the gangs a full scan would."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.jobs import Gang, Parallelism, PodSlot
+from scheduler.placement import PLACED, Placement
+from scheduler.reservations import SLOT_BOUND, ReservationLedger
+from tests.builders import make_cluster
+from tests.service.helpers import FakeClock
+
+GANGS = [f"team/g{i}" for i in range(4)]
+
+
+def two_pod_placement(key: str, nodes: list[str]) -> Placement:
+    """A placed gang of two 8-GPU pods on `nodes`."""
+    namespace, name = key.split("/")
+    gang = Gang(namespace, name, (PodSlot(0, f"{name}-0", 8), PodSlot(1, f"{name}-1", 8)), Parallelism(tp=8, dp=2))
+    return Placement(gang, PLACED, "test", "tp-cp-ep-dp-pp", None, nodes)
+
+
+def due_by_full_scan(ledger: ReservationLedger, now: float) -> list[str]:
+    """What expiring means, written as the plain scan: held slots, and a deadline not after `now`."""
+    return [key for key, entry in ledger.entries.items()
+            if entry.expires_at is not None and entry.expires_at <= now and entry.reserved_slots()]
+
+
+OPERATIONS = st.lists(st.tuples(st.sampled_from(["reserve", "bind", "release", "unreserve", "advance"]),
+                                st.sampled_from(GANGS), st.integers(0, 1), st.floats(0, 90)), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(operations=OPERATIONS, ttl=st.sampled_from([10.0, 60.0]))
+def test_expire_matches_a_full_scan_after_any_history(operations, ttl):
+    topo, clock = make_cluster(nodes=16), FakeClock()
+    ledger = ReservationLedger(topo, ttl, clock)
+    names = [node.name for node in topo.nodes]
+    for step, (op, key, index, seconds) in enumerate(operations):
+        if op == "reserve" and (ledger.get(key) is None or ledger.get(key).missing_indices()):
+            entry = ledger.get(key)
+            nodes = names[2 * GANGS.index(key):2 * GANGS.index(key) + 2]
+            ledger.reserve(two_pod_placement(key, nodes), entry.missing_indices() if entry else None)
+        elif op == "bind" and ledger.get(key) is not None and index in ledger.get(key).slots:
+            ledger.mark_bound(key, index, f"{key}-{index}", ledger.get(key).slots[index].node)
+        elif op == "release":
+            ledger.release_slot(key, index)
+        elif op == "unreserve":
+            ledger.unreserve(key)
+        elif op == "advance":
+            clock.advance(seconds)
+        expected = sorted(due_by_full_scan(ledger, clock.now))
+        assert sorted(ledger.expire()) == expected, f"step {step}: {op} {key}"
+        assert due_by_full_scan(ledger, clock.now) == []
+
+
+def test_a_gang_whose_slots_all_bound_never_expires():
+    topo, clock = make_cluster(nodes=4), FakeClock()
+    ledger = ReservationLedger(topo, 10.0, clock)
+    entry = ledger.reserve(two_pod_placement("team/g0", [topo.nodes[0].name, topo.nodes[1].name]))
+    for slot in list(entry.slots.values()):
+        ledger.mark_bound("team/g0", slot.index, f"g0-{slot.index}", slot.node)
+    clock.advance(11.0)
+    assert ledger.expire() == [] and ledger.get("team/g0").status == SLOT_BOUND
+
+
+def test_reserving_again_pushes_the_deadline_back():
+    topo, clock = make_cluster(nodes=4), FakeClock()
+    ledger = ReservationLedger(topo, 10.0, clock)
+    nodes = [topo.nodes[0].name, topo.nodes[1].name]
+    ledger.reserve(two_pod_placement("team/g0", nodes))
+    clock.advance(6.0)
+    ledger.release_slot("team/g0", 1)
+    ledger.reserve(two_pod_placement("team/g0", nodes), [1])  # deadline now 16 s after the start
+    clock.advance(6.0)
+    assert ledger.expire() == []
+    clock.advance(4.0)
+    assert ledger.expire() == ["team/g0"] and ledger.get("team/g0") is None

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from plugins.gangs.base import api_group, split_kind
 from scheduler.jobs import JobSpecError
-from scheduler.membership import gang_from_membership, identify
+from scheduler.membership import gang_from_membership, identify, membership_signature
 from scheduler.reservations import DEFAULT_TTL_SECONDS, GivenRendezvous, ReservationLedger, given_from_annotations
 from topology.builder import HOST_LABEL, HOST_LEVEL
 from topology.config import as_config
@@ -50,11 +50,21 @@ class PodRecord:
     """What identification depended on; an unchanged fingerprint skips identifying again."""
     given: GivenRendezvous | None = None
     """The rendezvous its `meshfit.io/*` bind annotations state (bound gang members only)."""
+    cached_signature: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def key(self) -> str:
         """`namespace/name`."""
         return f"{self.namespace}/{self.name}"
+
+    def signature(self) -> tuple | None:
+        """`membership_signature` of its gang membership (computed once; None when not in a gang).
+
+        Every filter compares it with every other pending member's, so it is not recomputed each time.
+        """
+        if self.cached_signature is None and self.member is not None:
+            self.cached_signature = membership_signature(self.member)
+        return self.cached_signature
 
 
 def empty_topology() -> ClusterTopology:
@@ -181,7 +191,7 @@ class ClusterState:
         node = pod_holds_node(pod)
         if known is not None and known.fingerprint == fingerprint:
             return PodRecord(uid, namespace, name, known.gpus, node, phase, known.member,
-                             known.member_error, fingerprint, known.given if node else None)
+                             known.member_error, fingerprint, known.given if node else None, known.cached_signature)
         try:
             gpus = pod_gpu_request(pod, self.config.gpu_resources)
         except TopologyError:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from scheduler.engine import place
 from scheduler.jobs import Gang, JobSpecError
-from scheduler.membership import describe_signature, gang_from_membership, membership_signature
+from scheduler.membership import describe_signature, gang_from_membership
 from scheduler.placement import Placement
 from scheduler.reservations import Reservation
 from scheduler.reserve_ops import place_and_reserve, reserve_remaining, shortfall_reason
@@ -108,14 +108,14 @@ class GangScheduler:
         return decision
 
     def _check_consistent(self, record: PodRecord, entry: Reservation | None) -> str:
-        mine = membership_signature(record.member)
+        mine = record.signature()
         if entry is not None and entry.signature is not None and entry.signature != mine:
             return (f"gang {record.member.gang_key}: pod {record.key} declares {describe_signature(mine)} "
                     f"but the gang was reserved as {describe_signature(entry.signature)}")
         for other in self.state.gang_members(record.member.gang_key):
             if other.node:  # bound: its meshfit.io/* bind annotations state the resolved order, not the declared one
                 continue
-            theirs = membership_signature(other.member)
+            theirs = other.signature()
             if other.uid != record.uid and theirs != mine:
                 return (f"gang {record.member.gang_key}: pods disagree: {record.key} declares "
                         f"{describe_signature(mine)}, {other.key} declares {describe_signature(theirs)}")
@@ -132,7 +132,7 @@ class GangScheduler:
             placement, entry = place_and_reserve(ledger, gang, topo, self.policy)
             if entry is None:
                 return None, shortfall_reason(gang, topo, placement)
-            entry.signature = membership_signature(member)
+            entry.signature = record.signature()
             self.rank_tables.mark_due(member.gang_key)
             if self.on_placed is not None:
                 self.on_placed(placement)

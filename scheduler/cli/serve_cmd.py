@@ -116,8 +116,10 @@ def register(app: typer.Typer) -> None:
         grpc_server = _start_grpc(scheduler, grpc_port, host) if grpc_port else None
         ready = (lambda: True) if cluster is not None else (lambda: state.generation > 0)
         try:
+            # No access log and no X-Forwarded-* rewriting: kube-scheduler calls every verb for every pod,
+            # and neither is read by anything here.
             uvicorn.run(create_app(scheduler, metrics, ready, gc_policy=gc_policy), host=host, port=port,
-                        log_level="warning")
+                        log_level="warning", access_log=False, proxy_headers=False)
         finally:
             if grpc_server is not None:
                 grpc_server.stop(grace=1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Callable
+from typing import Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -27,6 +27,7 @@ from scheduler.service.scheduling import GangScheduler
 from scheduler.state import ClusterState
 
 JSON = "application/json"
+JSON_BYTES = JSON.encode()
 RANK_TABLE_READ_WAIT_SECONDS = 2.0
 """How long `GET /ranktables/...` waits for rank-table publishes still queued in the background."""
 Handler = Callable[[GangScheduler, bytes], tuple[int, bytes]]
@@ -49,38 +50,86 @@ def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit"
     return scheduler, metrics
 
 
-def _verb_endpoint(verb: str, handler: Handler, scheduler: GangScheduler, metrics: ServiceMetrics,
-                   threaded: bool = False):
+VerbCall = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+"""One protocol verb: request body -> (HTTP status, JSON reply), timed into the verb's latency histogram."""
+
+
+def _verb_call(verb: str, handler: Handler, scheduler: GangScheduler, metrics: ServiceMetrics,
+               threaded: bool = False) -> VerbCall:
     histogram = metrics.latency.labels(verb)
 
-    async def endpoint(request: Request) -> Response:
+    async def call(body: bytes) -> tuple[int, bytes]:
         started = time.perf_counter()
-        body = await request.body()
         if threaded:
             status, payload = await run_in_threadpool(handler, scheduler, body)
         else:
             status, payload = handler(scheduler, body)
         histogram.observe(time.perf_counter() - started)
-        return Response(payload, status_code=status, media_type=JSON)
+        return status, payload
 
-    return endpoint
+    return call
 
 
-def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[], bool]) -> list[Route]:
+def verb_calls(scheduler: GangScheduler, metrics: ServiceMetrics) -> dict[str, VerbCall]:
+    """Every POST verb by path: extender verbs at the root and under `/scheduler`, Volcano's under `/volcano`."""
     verbs: list[tuple[str, Handler, bool]] = [
         ("filter", extender.handle_filter, False),
         ("prioritize", extender.handle_prioritize, False),
-        ("bind", extender.handle_bind, True),
+        ("bind", extender.handle_bind, True),  # API round trips: in a worker thread, never on the loop
         ("preempt", extender.handle_preempt, False),
     ]
-    routes = []
+    calls: dict[str, VerbCall] = {}
     for verb, handler, threaded in verbs:
-        endpoint = _verb_endpoint(verb, handler, scheduler, metrics, threaded)
-        routes += [Route(f"/{verb}", endpoint, methods=["POST"]),
-                   Route(f"/scheduler/{verb}", endpoint, methods=["POST"])]
+        call = _verb_call(verb, handler, scheduler, metrics, threaded)
+        calls[f"/{verb}"] = calls[f"/scheduler/{verb}"] = call
     for verb, handler in volcano.HANDLERS.items():
-        routes.append(Route(f"/volcano/{verb}", _verb_endpoint(f"volcano/{verb}", handler, scheduler, metrics),
-                            methods=["POST"]))
+        calls[f"/volcano/{verb}"] = _verb_call(f"volcano/{verb}", handler, scheduler, metrics)
+    return calls
+
+
+class FastVerbs:
+    """ASGI front answering `POST` to a verb path directly; everything else goes to the Starlette app.
+
+    The verbs are plain bytes in, bytes out, and kube-scheduler calls them for every pod: skipping
+    Starlette's middleware stack, router and Request/Response objects saves a measurable share of
+    a reserved member's ~0.3 ms per request.  The same paths are also Starlette routes (405 for
+    other methods, and the reference of what is served).
+    """
+
+    def __init__(self, app: Starlette, calls: dict[str, VerbCall]) -> None:
+        self.app = app
+        self.calls = calls
+        self.state = app.state
+
+    async def __call__(self, scope, receive, send) -> None:
+        call = self.calls.get(scope.get("path", "")) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if call is None:
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        status, payload = await call(b"".join(chunks))
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", JSON_BYTES), (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[], bool],
+            calls: dict[str, VerbCall]) -> list[Route]:
+    def endpoint_of(call: VerbCall):
+        async def endpoint(request: Request) -> Response:
+            status, payload = await call(await request.body())
+            return Response(payload, status_code=status, media_type=JSON)
+
+        return endpoint
+
+    routes = [Route(path, endpoint_of(call), methods=["POST"]) for path, call in calls.items()]
 
     async def healthz(_: Request) -> Response:
         return PlainTextResponse("ok")
@@ -110,7 +159,7 @@ def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[
 
 
 def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[], bool] = lambda: True,
-               sweep_seconds: float = 1.0, gc_policy: GcPolicy | None = None) -> Starlette:
+               sweep_seconds: float = 1.0, gc_policy: GcPolicy | None = None) -> FastVerbs:
     """The ASGI app serving every verb of one scheduler (with `gc_policy`, its sweeper also re-freezes
     the long-lived state for the garbage collector after rebuilds; see `scheduler.service.gcpolicy`)."""
 
@@ -133,7 +182,8 @@ def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callabl
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    app = Starlette(routes=_routes(scheduler, metrics, ready), lifespan=lifespan)
+    calls = verb_calls(scheduler, metrics)
+    app = Starlette(routes=_routes(scheduler, metrics, ready, calls), lifespan=lifespan)
     app.state.scheduler = scheduler
     app.state.metrics = metrics
-    return app
+    return FastVerbs(app, calls)

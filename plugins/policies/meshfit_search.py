@@ -75,9 +75,17 @@ class SlotView:
     domain_slots: np.ndarray
     total: int
 
+    @property
+    def slot_list(self) -> list[int]:
+        """`domain_slots` as a Python list (cheap per-domain lookups), built once per view."""
+        cached = self.__dict__.get("_slot_list")
+        if cached is None:
+            cached = self.__dict__["_slot_list"] = self.domain_slots.tolist()
+        return cached
+
     def slots(self, domain: int) -> int:
         """Pods that fit in `domain` (ROOT = the cluster)."""
-        return self.total if domain == ROOT else int(self.domain_slots[domain])
+        return self.total if domain == ROOT else self.slot_list[domain]
 
     def aligned_caps(self, block: int, base: np.ndarray | None = None, key: object = None) -> np.ndarray:
         """Per domain, how many whole blocks of `block` pods fit inside domains of the deepest level able to hold one.
@@ -239,13 +247,13 @@ def _block_caps(view: SlotView, kids: list[int], pods: int, blocks: list[int]) -
     usable = [b for b in sorted(blocks, reverse=True) if b <= pods and pods % b == 0]
     kinds = (lambda b: view.nested_caps(tuple(x for x in blocks if x <= b and b % x == 0)),
              view.aligned_caps, lambda b: view.domain_slots // b)
+    positions = np.array(kids, dtype=np.int64)
     for caps_of in kinds:
         for block in usable:
-            table = caps_of(block)
-            caps = [int(table[c]) for c in kids]
+            caps = caps_of(block)[positions].tolist()
             if sum(caps) >= pods // block:
                 return block, caps
-    return 1, [int(view.domain_slots[c]) for c in kids]
+    return 1, view.domain_slots[positions].tolist()
 
 
 def fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strategy: str = PACK) -> list[int]:
@@ -261,20 +269,26 @@ def _fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], stra
     tree = view.tree
     if domain in tree.host_node:
         return [tree.host_node[domain]] * pods
-    kids = [c for c in tree.kids(domain) if view.domain_slots[c] > 0]
+    slots = view.slot_list
+    kids = [c for c in tree.kids(domain) if slots[c] > 0]
     block, caps = _block_caps(view, kids, pods, blocks)
     inner_block = min((b for b in blocks if 1 < b <= pods and pods % b == 0), default=1)
-    kid_slots = [int(view.domain_slots[c]) for c in kids]
+    kid_slots = [slots[c] for c in kids]
     if block == 1 and inner_block > 1 and strategy != SPREAD and max(kid_slots, default=0) >= inner_block:
         pieces = split_blocks(kid_slots, pods, inner_block)
         if pieces is not None:
             return _fill_pieces(view, kids, pieces, blocks)
-    leftovers = [int(view.domain_slots[c]) - cap * block for c, cap in zip(kids, caps)]
+    leftovers = [slot - cap * block for slot, cap in zip(kid_slots, caps)]
     chosen = choose_children(caps, leftovers, pods // block, strategy)
     inner = strategy if len(chosen) == 1 or strategy == SPREAD else PACK
     nodes: list[int] = []
+    hosts = tree.host_node
     for position, count in chosen:
-        nodes.extend(fill_domain(view, kids[position], count * block, blocks, inner))
+        kid = kids[position]
+        if kid in hosts:  # what fill_domain answers for a host, without the memo round trip
+            nodes.extend([hosts[kid]] * (count * block))
+        else:
+            nodes.extend(fill_domain(view, kid, count * block, blocks, inner))
     return nodes
 
 

@@ -48,7 +48,7 @@ class Sampler:
         else:
             self.waiting_pod_sizes.pop(pod_gpus, None)
 
-    def until(self, when: float, sim: "Simulator") -> None:
+    def until(self, when: float, sim: Simulator) -> None:
         """Record every sample due before `when` (the state is constant until then)."""
         if self.next_time >= when:
             return
@@ -65,7 +65,7 @@ class Sampler:
         self.interval *= 2.0
         self.next_time = self.rows[-1][0] + self.interval
 
-    def _row(self, sim: "Simulator") -> tuple:
+    def _row(self, sim: Simulator) -> tuple:
         topo, total = self.topo, sim.total_gpus
         smallest = min(self.waiting_pod_sizes) if self.waiting_pod_sizes else 0
         node_free, domain_free = topo.free_arrays()

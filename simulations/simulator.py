@@ -21,11 +21,16 @@ import heapq
 import math
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from scheduler import engine
 from scheduler.placement import Placement
-from simulations.cluster import all_schedulable, free_pod_slots, gpus_per_node, node_state
+from simulations.cluster import (
+    all_schedulable,
+    free_pod_slots,
+    gpus_per_node,
+    node_state,
+)
 from simulations.config import Backfill, QueueOrder, SimConfig
 from simulations.jobstate import DONE, QUEUED, REJECTED, RUNNING, RunJob
 from simulations.metrics import RunResult, details, job_row, summarize

@@ -11,7 +11,6 @@ import numpy as np
 
 from topology.model import ClusterTopology
 
-
 NO_FIT = np.iinfo(np.int64).max
 """Sort key of a candidate that does not fit (larger than any real key)."""
 

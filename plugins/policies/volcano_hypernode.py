@@ -26,15 +26,15 @@ from topology.model import ClusterTopology, TopologyError
 NAME = "volcano-hypernode"
 
 
-def binpack_nodes(gang: Gang, topo: ClusterTopology, view: SlotView, nodes: list[int]) -> list[int]:
+def binpack_nodes(gang: Gang, topo: ClusterTopology, view: SlotView, nodes: list[int] | np.ndarray) -> list[int]:
     """Pods in index order, each on the node with the highest utilisation after placing it."""
     g = gang.gpus_per_pod
+    members = np.asarray(nodes, dtype=np.int64)
+    usable = members[view.node_slots[members] > 0]
     heap = []
-    for n in nodes:
-        if view.node_slots[n] > 0:
-            node = topo.nodes[n]
-            heap.append((-(node.gpus_total - int(view.node_free[n]) + g) / node.gpus_total, node.name, n,
-                         int(view.node_slots[n]), int(view.node_free[n])))
+    for n, slots, free in zip(usable.tolist(), view.node_slots[usable].tolist(), view.node_free[usable].tolist()):
+        node = topo.nodes[n]
+        heap.append((-(node.gpus_total - free + g) / node.gpus_total, node.name, n, slots, free))
     heapq.heapify(heap)
     chosen: list[int] = []
     while len(chosen) < len(gang.pods) and heap:
@@ -55,9 +55,10 @@ def _pick_hypernode(topo: ClusterTopology, view: SlotView, level: int, pods: int
     if not fitting.size:
         return None
     total = order.domain_gpus[fitting]
-    used = total - topo.free_arrays()[1][fitting]
-    utilisation = np.divide(used, total, out=np.zeros(fitting.size, dtype=np.float64), where=total > 0)
-    return int(fitting[np.lexsort((order.domain_rank[fitting], -utilisation))[0]])
+    # a domain without GPUs has no free ones either: 0 / 1 = 0.0, as Volcano scores an empty HyperNode
+    utilisation = (total - topo.free_arrays()[1][fitting]) / np.maximum(total, 1)
+    most = np.flatnonzero(utilisation == utilisation.max())
+    return int(fitting[most[np.argmin(order.domain_rank[fitting[most]])]])
 
 
 class VolcanoHyperNodePolicy:
@@ -86,7 +87,7 @@ class VolcanoHyperNodePolicy:
                 return Assignment.unschedulable(unschedulable_reason(gang, topo) or
                                                 f"no HyperNode up to tier {topo.host_level - required} fits")
             chosen = ROOT
-        members = list(range(len(topo.nodes))) if chosen == ROOT else topo.domains[chosen].nodes
+        members = np.arange(len(topo.nodes)) if chosen == ROOT else topo.domains[chosen].nodes
         pod_nodes = binpack_nodes(gang, topo, view, members)
         return Assignment(tuple(pod_nodes))
 

@@ -13,8 +13,20 @@ from hypothesis import strategies as st
 from plugins.policies import get_policy
 from scheduler.jobs import TopologyConstraint
 from simulations.cluster import make_fast
-from tests.placement.fast_reference import first_fit_reference, kueue_tas_reference, volcano_reference
-from tests.placement.placement_builders import make_cluster, make_gang
+from tests.placement.fast_reference import (
+    first_fit_reference,
+    kueue_tas_reference,
+    volcano_reference,
+)
+from tests.placement.placement_builders import (
+    CLUSTER_LINK,
+    HOST_LINK,
+    RACK_LINK,
+    SPINE_LINK,
+    make_cluster,
+    make_gang,
+)
+from topology.builder import LevelSpec, NodeRecord, build_topology
 
 REFERENCES = {"kueue-tas": kueue_tas_reference, "volcano-hypernode": volcano_reference,
               "first-fit": first_fit_reference}
@@ -22,8 +34,28 @@ LEVEL_NAMES = [None, None, None, "spine", "rack", "nvlink", "host", "volcano-tie
                "volcano-tier-0", "no-such-level"]
 
 
+def mixed_cluster(rng: random.Random):
+    """Nodes of 2, 4 or 8 GPUs with names out of index order, random racks and some unlabelled nodes."""
+    records = []
+    for i in range(rng.randint(2, 24)):
+        labels = {"test/spine": f"s{rng.randint(0, 1)}"}
+        if rng.random() < 0.85:
+            labels["test/rack"] = f"{labels['test/spine']}-r{rng.randint(0, 2)}"
+        records.append(NodeRecord(f"n{rng.randrange(1000):03d}-{i}", rng.choice([2, 4, 8]), labels,
+                                  rng.random() > 0.1))
+    specs = [LevelSpec("spine", ("test/spine",), SPINE_LINK, "spine"), LevelSpec("rack", ("test/rack",), RACK_LINK, "leaf")]
+    topo = build_topology(records, specs, HOST_LINK, CLUSTER_LINK)
+    for node in topo.nodes:
+        if node.gpus_free and rng.random() < 0.5:
+            topo.add_pod(f"busy/{node.index}", node.name, rng.randint(1, node.gpus_free))
+    return topo
+
+
 def random_cluster(rng: random.Random, clash_names: bool = False):
     """A small spine/rack[/nvlink]/host cluster with random usage, cordoned nodes and (optionally) clashing names."""
+    if rng.random() < 0.3:
+        topo = mixed_cluster(rng)
+        return topo if rng.random() < 0.5 else make_fast(topo)
     spines, racks, nodes = rng.randint(1, 3), rng.randint(1, 4), rng.randint(1, 6)
     gpus = rng.choice([4, 8])
     count = spines * racks * nodes
@@ -40,7 +72,7 @@ def random_cluster(rng: random.Random, clash_names: bool = False):
 def random_gang(rng: random.Random, topo, index: int):
     """A gang of 1..(2 x nodes) pods of a random size, with random constraints and pre-assigned domains."""
     gpus = max(n.gpus_total for n in topo.nodes)
-    per_pod = rng.choice([g for g in (1, 2, 4, 8) if g <= gpus])
+    per_pod = rng.choice([g for g in (1, 2, 3, 4, 8) if g <= gpus])
     pods = rng.randint(1, max(2 * len(topo.nodes), 1))
     gang = make_gang(dp=pods * per_pod, gpus_per_pod=per_pod, name=f"job{index}")
     assigned: tuple[str, ...] = ()
@@ -100,16 +132,16 @@ def test_any_random_state_gives_identical_decisions(seed, policy, clash_names):
 
 CASES = [
     # (policy, cluster kwargs, gang kwargs, assigned domains)
-    ("kueue-tas", dict(racks=3, nodes=4, used={4: 8}), dict(tp=8, dp=3, preferred="rack"), ()),
-    ("kueue-tas", dict(spines=2, racks=2, nodes=2), dict(tp=8, dp=7), ()),
-    ("kueue-tas", dict(spines=2, racks=2, nodes=2, used={0: 4, 5: 4}), dict(dp=13, gpus_per_pod=4), ()),
-    ("kueue-tas", dict(racks=2, nodes=2), dict(tp=8, dp=3, required="rack"), ()),
-    ("kueue-tas", dict(racks=2, nodes=4), dict(tp=8, dp=2), ("s0-r1",)),
-    ("volcano-hypernode", dict(racks=2, nodes=4, used={5: 4}), dict(dp=8, gpus_per_pod=4), ()),
-    ("volcano-hypernode", dict(spines=2, racks=2, nodes=2), dict(tp=8, dp=6), ()),
-    ("volcano-hypernode", dict(racks=2, nodes=2), dict(tp=8, dp=3, required="volcano-tier-1"), ()),
-    ("first-fit", dict(racks=2, nodes=3, used={0: 6, 2: 8}, down=(1,)), dict(dp=7, gpus_per_pod=2), ()),
-    ("first-fit", dict(racks=1, nodes=2), dict(tp=8, dp=3), ()),
+    ("kueue-tas", {"racks": 3, "nodes": 4, "used": {4: 8}}, {"tp": 8, "dp": 3, "preferred": "rack"}, ()),
+    ("kueue-tas", {"spines": 2, "racks": 2, "nodes": 2}, {"tp": 8, "dp": 7}, ()),
+    ("kueue-tas", {"spines": 2, "racks": 2, "nodes": 2, "used": {0: 4, 5: 4}}, {"dp": 13, "gpus_per_pod": 4}, ()),
+    ("kueue-tas", {"racks": 2, "nodes": 2}, {"tp": 8, "dp": 3, "required": "rack"}, ()),
+    ("kueue-tas", {"racks": 2, "nodes": 4}, {"tp": 8, "dp": 2}, ("s0-r1",)),
+    ("volcano-hypernode", {"racks": 2, "nodes": 4, "used": {5: 4}}, {"dp": 8, "gpus_per_pod": 4}, ()),
+    ("volcano-hypernode", {"spines": 2, "racks": 2, "nodes": 2}, {"tp": 8, "dp": 6}, ()),
+    ("volcano-hypernode", {"racks": 2, "nodes": 2}, {"tp": 8, "dp": 3, "required": "volcano-tier-1"}, ()),
+    ("first-fit", {"racks": 2, "nodes": 3, "used": {0: 6, 2: 8}, "down": (1,)}, {"dp": 7, "gpus_per_pod": 2}, ()),
+    ("first-fit", {"racks": 1, "nodes": 2}, {"tp": 8, "dp": 3}, ()),
 ]
 
 

@@ -30,6 +30,8 @@ JSON = "application/json"
 JSON_BYTES = JSON.encode()
 RANK_TABLE_READ_WAIT_SECONDS = 2.0
 """How long `GET /ranktables/...` waits for rank-table publishes still queued in the background."""
+SHUTDOWN_PUBLISH_SECONDS = 10.0
+"""How long shutting down waits for queued rank-table publishes."""
 Handler = Callable[[GangScheduler, bytes], tuple[int, bytes]]
 
 
@@ -181,6 +183,7 @@ def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callabl
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            await run_in_threadpool(scheduler.rank_tables.wait_idle, SHUTDOWN_PUBLISH_SECONDS)
 
     calls = verb_calls(scheduler, metrics)
     app = Starlette(routes=_routes(scheduler, metrics, ready, calls), lifespan=lifespan)

@@ -202,3 +202,14 @@ JSON_VALUES = st.recursive(
 def test_encoded_rank_table_is_json_equal_to_the_standard_library_encoding(document):
     text = encode_rank_table(document)
     assert json.loads(text) == document == json.loads(json.dumps(document, indent=1))
+
+
+def test_shutdown_waits_for_queued_publishes():
+    publisher = BlockingPublisher()
+    service = service_with(publisher)
+    with TestClient(create_app(service.scheduler, build_scheduler(service.state, service.binder)[1])) as client:
+        nodes = sorted(service.state.topology.node_by_name)
+        client.post("/filter", json={"Pod": gang_pod("train", 0, 1), "Nodes": None, "NodeNames": nodes})
+        assert publisher.started.wait(5.0)
+        threading.Timer(0.2, publisher.release.set).start()
+    assert publisher.published == [(None,)]

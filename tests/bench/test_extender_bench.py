@@ -126,3 +126,25 @@ def test_filter_handler_first_member_16384_gpus(benchmark, in_process):
     benchmark.pedantic(lambda body: replies.append(handle_filter(scheduler, body)),
                        setup=lambda: ((next(bodies),), {}), rounds=120, iterations=1)
     assert all(json.loads(reply)["NodeNames"] for _, reply in replies)
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["not-frozen", "frozen-after-load"])
+def test_full_gc_pause_with_250_gangs_placed_16384_gpus(benchmark, in_process, frozen):
+    """A full collection's pause once 250 gangs hold reservations, with and without `GcPolicy`'s freeze
+    after the load (`scheduler.service.gcpolicy`); the pytest process's own heap is counted in both."""
+    import gc
+
+    from scheduler.service.extender import handle_filter
+    from scheduler.service.gcpolicy import collect_and_freeze
+
+    scheduler, names = in_process(2048)
+    if frozen:
+        collect_and_freeze()
+    try:
+        for g in range(250):
+            status, _ = handle_filter(scheduler, filter_body(gang_member(f"gc{g}", 0, 8), names))
+            assert status == 200
+        scheduler.rank_tables.wait_idle(30.0)
+        benchmark.pedantic(gc.collect, rounds=5, iterations=1)
+    finally:
+        gc.unfreeze()

@@ -54,8 +54,9 @@ def unschedulable(gang: Gang, policy_name: str, reason: str) -> Placement:
     return Placement(gang, UNSCHEDULABLE, policy_name, order, reason)
 
 
-def placement_from_assignment(gang: Gang, topo: ClusterTopology, policy_name: str, assignment: Assignment) -> Placement:
-    """Check a policy's assignment and turn it into a priced Placement."""
+def placement_from_assignment(gang: Gang, topo: ClusterTopology, policy_name: str, assignment: Assignment,
+                              with_ranks: bool = True) -> Placement:
+    """Check a policy's assignment and turn it into a priced Placement (without the rank table unless `with_ranks`)."""
     if assignment.pod_nodes is None:
         return unschedulable(gang, policy_name, assignment.reason or "does not fit")
     check_assignment(gang, topo, assignment.pod_nodes)
@@ -64,17 +65,21 @@ def placement_from_assignment(gang: Gang, topo: ClusterTopology, policy_name: st
         order = DEFAULT_RANK_ORDER
     names = [topo.nodes[i].name for i in assignment.pod_nodes]
     cost = estimate_cost(gang, assignment.pod_nodes, topo, order)
-    return Placement(gang, PLACED, policy_name, order, None, names, build_ranks(gang, names, order), cost)
+    ranks = build_ranks(gang, names, order) if with_ranks else []
+    return Placement(gang, PLACED, policy_name, order, None, names, ranks, cost)
 
 
-def place(gang: Gang, topo: ClusterTopology, policy: str | PlacementPolicy = DEFAULT_POLICY) -> Placement:
-    """Place the whole gang or nothing; raises JobSpecError for an invalid job, never mutates `topo`."""
+def place(gang: Gang, topo: ClusterTopology, policy: str | PlacementPolicy = DEFAULT_POLICY,
+          with_ranks: bool = True) -> Placement:
+    """Place the whole gang or nothing; raises JobSpecError for an invalid job, never mutates `topo`.
+
+    `with_ranks=False` leaves `Placement.ranks` empty (the simulator needs nodes and cost only)."""
     gang.validate()
     chosen = _resolve(policy)
     if gang.world_size > topo.gpus_free:
         return unschedulable(gang, chosen.name,
                              f"needs {gang.world_size} GPUs; the cluster has {topo.gpus_free} free")
-    return placement_from_assignment(gang, topo, chosen.name, chosen.assign(gang, topo))
+    return placement_from_assignment(gang, topo, chosen.name, chosen.assign(gang, topo), with_ranks)
 
 
 def warm_caches(topo: ClusterTopology) -> None:

@@ -179,7 +179,7 @@ class Simulator:
     def _try_place(self, rj: RunJob) -> tuple[Placement, float, float] | None:
         """Ask the engine for the whole gang; (placement, slowdown, comm ratio) or None."""
         self.counters["placement_attempts"] += 1
-        placement = engine.place(rj.gang, self.topo, self.policy)
+        placement = engine.place(rj.gang, self.topo, self.policy, with_ranks=False)
         if not placement.placed:
             self.counters["placement_failures"] += 1
             rj.reason = placement.reason

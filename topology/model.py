@@ -175,9 +175,10 @@ class ClusterTopology:
         if getattr(self, "_free_arrays", None) is None:
             nodes = np.fromiter((n.gpus_free for n in self.nodes), dtype=np.int64, count=len(self.nodes))
             domains = np.fromiter((d.gpus_free for d in self.domains), dtype=np.int64, count=len(self.domains))
-            nodes.flags.writeable = domains.flags.writeable = False
             self._free_arrays = (nodes, domains)
-        return self._free_arrays
+        nodes, domains = (array.view() for array in self._free_arrays)  # read-only views of the live arrays
+        nodes.flags.writeable = domains.flags.writeable = False
+        return nodes, domains
 
     def _propagate(self, node: Node, change: int) -> None:
         """Add `change` free GPUs to the node's domains (and the numpy mirrors when they exist)."""
@@ -185,10 +186,9 @@ class ClusterTopology:
             self.domains[domain_id].gpus_free += change
         if getattr(self, "_free_arrays", None) is not None:
             nodes, domains = self._free_arrays
-            nodes.flags.writeable = domains.flags.writeable = True
             nodes[node.index] += change
-            domains[list(node.path)] += change
-            nodes.flags.writeable = domains.flags.writeable = False
+            for domain_id in node.path:
+                domains[domain_id] += change
 
     def _adjust(self, node: Node, used_delta: int) -> None:
         before = node.gpus_free

@@ -21,8 +21,10 @@ of them scan more.
 
 The trade-off: a frozen object is still freed by reference counting as soon as nothing refers to it
 (the state's dicts, records and topologies are acyclic: a dropped topology is freed without the
-collector, which the tests check), but one that later becomes part of a garbage *cycle* is never
-reclaimed.  Nothing long-lived in the state forms such cycles.
+collector, which the tests check), but one that later becomes part of a garbage *cycle* (an HTTP
+connection's objects, alive at a freeze and closed afterwards) is not reclaimed while frozen.  So
+every `thorough_every`-th periodic freeze (default: hourly) first unfreezes everything, and that one
+collection scans the whole heap once (~80 ms at 2,048 nodes) and frees such cycles.
 """
 
 from __future__ import annotations
@@ -35,11 +37,15 @@ from typing import Callable
 from scheduler.state import ClusterState
 
 DEFAULT_REFREEZE_SECONDS = 300.0
+DEFAULT_THOROUGH_EVERY = 12
 
 
-def collect_and_freeze() -> float:
-    """Collect every generation, then freeze the survivors; returns the seconds it took."""
+def collect_and_freeze(thorough: bool = False) -> float:
+    """Collect every generation, then freeze the survivors (`thorough`: unfreeze first, so the collection
+    also reaches earlier frozen objects); returns the seconds it took."""
     started = time.perf_counter()
+    if thorough:
+        gc.unfreeze()
     gc.collect()
     gc.freeze()
     return time.perf_counter() - started
@@ -49,28 +55,34 @@ class GcPolicy:
     """Freezes the long-lived state after loads, rebuilds and every `refreeze_seconds` (module docstring)."""
 
     def __init__(self, state: ClusterState, refreeze_seconds: float = DEFAULT_REFREEZE_SECONDS,
-                 clock: Callable[[], float] = time.monotonic,
-                 freeze: Callable[[], float] = collect_and_freeze) -> None:
+                 thorough_every: int = DEFAULT_THOROUGH_EVERY, clock: Callable[[], float] = time.monotonic,
+                 freeze: Callable[[bool], float] = collect_and_freeze) -> None:
         self.state = state
         self.refreeze_seconds = refreeze_seconds
+        self.thorough_every = thorough_every
         self.clock = clock
         self._freeze = freeze
         self._generation: int | None = None
         self._frozen_at = 0.0
         self.freezes = 0
+        self.periodic = 0
+        """Freezes made because `refreeze_seconds` passed (every `thorough_every`-th one is thorough)."""
 
-    def freeze_now(self) -> float:
+    def freeze_now(self, thorough: bool = False) -> float:
         """Collect and freeze now (after the initial load); returns the seconds it took."""
         self._generation, self._frozen_at = self.state.generation, self.clock()
         self.freezes += 1
-        return self._freeze()
+        return self._freeze(thorough)
 
     def maybe_refreeze(self) -> bool:
         """Freeze again if the state was rebuilt or `refreeze_seconds` passed since the last freeze."""
-        stale = self.clock() - self._frozen_at >= self.refreeze_seconds
-        if self._generation == self.state.generation and not stale:
+        if self._generation != self.state.generation:
+            self.freeze_now()
+            return True
+        if self.clock() - self._frozen_at < self.refreeze_seconds:
             return False
-        self.freeze_now()
+        self.periodic += 1
+        self.freeze_now(thorough=self.periodic % self.thorough_every == 0)
         return True
 
 

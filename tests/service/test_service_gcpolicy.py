@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from scheduler.service.app import build_scheduler, create_app
 from scheduler.service.binder_memory import MemoryBinder
-from scheduler.service.gcpolicy import GcPauseRecorder, GcPolicy
+from scheduler.service.gcpolicy import GcPauseRecorder, GcPolicy, collect_and_freeze
 from scheduler.service.metrics import LATENCY_BUCKETS, ServiceMetrics
 from scheduler.state import ClusterState
 
@@ -25,9 +25,18 @@ def loaded_state() -> ClusterState:
     return state
 
 
-def counting_policy(state: ClusterState, clock: FakeClock, refreeze_seconds: float = 300.0) -> GcPolicy:
-    """A policy whose freeze only counts (the tests must not freeze pytest's own heap)."""
-    return GcPolicy(state, refreeze_seconds, clock=clock, freeze=lambda: 0.0)
+class RecordedFreezes(list):
+    """A stand-in freeze that records whether each call was thorough (the tests must not freeze pytest's heap)."""
+
+    def __call__(self, thorough: bool = False) -> float:
+        self.append(thorough)
+        return 0.0
+
+
+def counting_policy(state: ClusterState, clock: FakeClock, refreeze_seconds: float = 300.0,
+                    thorough_every: int = 12) -> GcPolicy:
+    """A policy over `state` whose freezes are only recorded (in `policy._freeze`)."""
+    return GcPolicy(state, refreeze_seconds, thorough_every, clock=clock, freeze=RecordedFreezes())
 
 
 @pytest.mark.parametrize("rebuild,elapsed,refreezes", [
@@ -46,6 +55,39 @@ def test_refreezes_after_a_rebuild_or_once_the_period_passed(rebuild, elapsed, r
     assert policy.maybe_refreeze() is refreezes
     assert policy.freezes == 1 + refreezes
     assert policy.maybe_refreeze() is False  # nothing new since
+
+
+def test_every_nth_periodic_freeze_unfreezes_first_and_rebuilds_never_do():
+    state, clock = loaded_state(), FakeClock()
+    policy = counting_policy(state, clock, refreeze_seconds=10.0, thorough_every=3)
+    policy.freeze_now()
+    for _ in range(6):
+        clock.advance(10.0)
+        assert policy.maybe_refreeze()
+    state.upsert_node(make_node("n-new", 8, "rack-9", "block-9"))
+    assert policy.maybe_refreeze()
+    assert policy._freeze == [False, False, False, True, False, False, True, False]
+
+
+class Cyclic:
+    """An object that refers to itself: only the collector can free it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_only_a_thorough_freeze_frees_a_cycle_that_died_while_frozen():
+    cycle = Cyclic()
+    alive = weakref.ref(cycle)
+    gc.freeze()
+    try:
+        del cycle  # garbage now, but frozen
+        collect_and_freeze()
+        assert alive() is not None
+        collect_and_freeze(thorough=True)
+        assert alive() is None
+    finally:
+        gc.unfreeze()
 
 
 def test_first_sweep_freezes_a_state_loaded_after_start_up():

@@ -58,10 +58,7 @@ class PodRecord:
         return f"{self.namespace}/{self.name}"
 
     def signature(self) -> tuple | None:
-        """`membership_signature` of its gang membership (computed once; None when not in a gang).
-
-        Every filter compares it with every other pending member's, so it is not recomputed each time.
-        """
+        """`membership_signature` of its gang membership, computed once (each filter compares all members')."""
         if self.cached_signature is None and self.member is not None:
             self.cached_signature = membership_signature(self.member)
         return self.cached_signature
@@ -170,6 +167,8 @@ class ClusterState:
         self.topology = topo
         self.ledger.attach(topo)
         if topo.nodes:  # build the placement caches now, not inside the first filter call after a rebuild
+            from scheduler.engine import warm_caches
+
             warm_caches(topo)
         self.generation += 1
 
@@ -394,13 +393,6 @@ class ClusterState:
                     if entry is not None and entry.missing_indices():
                         reserve_remaining(self.ledger, entry, self.topology, policy)
         return sorted(rebuilt)
-
-
-def warm_caches(topo: ClusterTopology) -> None:
-    """Indirection to `scheduler.engine.warm_caches` (imported on first use, like the placement engine)."""
-    from scheduler.engine import warm_caches as warm
-
-    warm(topo)
 
 
 def topology_from_objects(objects: list[dict], config: Any, tolerations: Iterable[Any]) -> ClusterTopology:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from scheduler.jobs import Gang
 from topology.model import ClusterTopology, TopologyError
 
@@ -67,3 +69,40 @@ def constraint_levels(gang: Gang, topo: ClusterTopology) -> tuple[int | None, in
     required = resolve_level(topo, constraint.required_level) if constraint.required_level else None
     preferred = resolve_level(topo, constraint.preferred_level) if constraint.preferred_level else None
     return required, preferred
+
+
+def slice_level(gang: Gang, topo: ClusterTopology) -> int | None:
+    """Level index of the gang's Kueue slice topology (None without slices); TopologyError if unknown."""
+    name = gang.constraint.slice_required_level
+    return resolve_level(topo, name) if name is not None else None
+
+
+def slices_satisfied(gang: Gang, topo: ClusterTopology, pod_nodes: Sequence[int | str]) -> bool:
+    """True if every slice's pods sit in one domain of the slice level (always True without slices).
+
+    `pod_nodes` gives each pod's node by index or by name, in pod order.  Slice k is pods
+    [k*size, (k+1)*size) (Kueue's consecutive-index slices).  TopologyError if the level is unknown.
+    """
+    level = slice_level(gang, topo)
+    if level is None:
+        return True
+    size = gang.constraint.slice_size or 1
+    if len(pod_nodes) != len(gang.pods) or len(pod_nodes) % size:
+        return False
+    nodes = [topo.node_by_name[n] if isinstance(n, str) else topo.nodes[n] for n in pod_nodes]
+    domains = [node.path[level] for node in nodes]
+    return all(len(set(domains[start:start + size])) == 1 for start in range(0, len(domains), size))
+
+
+def slice_violation(policy: str, gang: Gang, topo: ClusterTopology, pod_nodes: Sequence[int | str]) -> str | None:
+    """Why a slice-unaware policy's layout must be refused (it splits a Kueue slice), None when it is fine."""
+    if not gang.constraint.has_slices:
+        return None
+    try:
+        if slices_satisfied(gang, topo, pod_nodes):
+            return None
+    except TopologyError as exc:
+        return f"topology constraint cannot be met: {exc}"
+    constraint = gang.constraint
+    return (f"{policy} does not model Kueue slices and its layout splits a slice of {constraint.slice_size} pods "
+            f"across {constraint.slice_required_level} domains")

@@ -19,6 +19,10 @@ ANNOTATION_REQUIRED_LEVEL = "meshfit.io/required-level"
 ANNOTATION_PREFERRED_LEVEL = "meshfit.io/preferred-level"
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+KUEUE_SLICE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-slice-required-topology"
+"""Kueue (v0.13+) two-level TAS: every slice of the pod set must sit inside one domain of this level."""
+KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+"""Kueue two-level TAS: pods per slice (consecutive pod indices); must divide the pod count."""
 
 DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
 AUTO_RANK_ORDER = "auto"
@@ -153,12 +157,43 @@ class ModelShape:
 
 @dataclass(frozen=True)
 class TopologyConstraint:
-    """Required / preferred topology level (by level name or node-label key)."""
+    """Required / preferred topology level (by level name or node-label key), optionally with Kueue slices."""
 
     required_level: str | None = None
     preferred_level: str | None = None
     assigned_domains: tuple[str, ...] = ()
     """Domain names (any level) a prior admission (e.g. Kueue TAS) already chose; stay inside."""
+    slice_required_level: str | None = None
+    """Level whose domains must each hold a whole slice (`kueue.x-k8s.io/podset-slice-required-topology`)."""
+    slice_size: int | None = None
+    """Pods per slice: pods [k*size, (k+1)*size) form slice k (`kueue.x-k8s.io/podset-slice-size`)."""
+
+    @property
+    def has_slices(self) -> bool:
+        """True when the constraint asks for Kueue two-level (slice) placement."""
+        return self.slice_required_level is not None
+
+
+def parse_slice_annotations(where: str, level: str | None, size: str | int | None,
+                            default_size: int | None = None) -> tuple[str | None, int | None]:
+    """(slice level, slice size) from the Kueue slice annotations, as Kueue validates them.
+
+    A size without a slice topology is an error (Kueue forbids it); a slice topology without a size
+    takes `default_size` (Kueue defaults it for JobSet to the Job's parallelism) or is an error.
+    """
+    level = str(level).strip() if level not in (None, "") else None
+    text = str(size).strip() if size not in (None, "") else None
+    if level is None:
+        if text is not None:
+            raise JobSpecError(f"{where}: {KUEUE_SLICE_SIZE} cannot be set without {KUEUE_SLICE_REQUIRED_TOPOLOGY}")
+        return None, None
+    if text is None:
+        if default_size is None:
+            raise JobSpecError(f"{where}: {KUEUE_SLICE_REQUIRED_TOPOLOGY} needs {KUEUE_SLICE_SIZE}")
+        return level, default_size
+    if not text.isdigit() or int(text) < 1:
+        raise JobSpecError(f"{where}: {KUEUE_SLICE_SIZE} must be an integer >= 1, got {text!r}")
+    return level, int(text)
 
 
 def pick_topology_level(where: str, kind: str, *candidates: tuple[str, str | None]) -> str | None:
@@ -240,3 +275,16 @@ class Gang:
                 if par.degree(axis) > 1:
                     raise JobSpecError(f"job {self.key}: rank order {self.rank_order!r} omits axis "
                                        f"{axis} whose degree is {par.degree(axis)}")
+        self._validate_slices()
+
+    def _validate_slices(self) -> None:
+        """JobSpecError unless the slice fields are both absent, or a level and a size >= 1 dividing the pods."""
+        level, size = self.constraint.slice_required_level, self.constraint.slice_size
+        if level is None and size is None:
+            return
+        if level is None or size is None:
+            raise JobSpecError(f"job {self.key}: a slice needs both {KUEUE_SLICE_REQUIRED_TOPOLOGY} and "
+                               f"{KUEUE_SLICE_SIZE} (got level {level!r}, size {size!r})")
+        if size < 1 or len(self.pods) % size:
+            raise JobSpecError(f"job {self.key}: {KUEUE_SLICE_SIZE} {size} must be >= 1 and divide the "
+                               f"{len(self.pods)} pods")

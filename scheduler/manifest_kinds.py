@@ -31,6 +31,8 @@ class JobPods:
     preferred_level: str | None = None
     gpus_per_pod: int | None = None
     """Set by readers whose GPUs are not in a pod template (TrainJob resourcesPerNode)."""
+    default_slice_size: int | None = None
+    """Kueue slice size when `podset-slice-size` is absent (JobSet: pods per Job, if every Job has as many)."""
 
 
 def as_mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -92,6 +94,7 @@ def read_jobset(name: str, spec: Mapping[str, Any]) -> JobPods:
     if not isinstance(replicated, list) or not replicated:
         raise JobSpecError("JobSet spec.replicatedJobs must be a non-empty list")
     out = JobPods("JobSet")
+    sizes: set[int] = set()
     for r, rjob in enumerate(replicated):
         where = f"spec.replicatedJobs[{r}]"
         rjob = as_mapping(rjob, where)
@@ -100,12 +103,14 @@ def read_jobset(name: str, spec: Mapping[str, Any]) -> JobPods:
         job_spec = as_mapping(job_template.get("spec"), f"{where}.template.spec")
         pod_template = _template(job_spec, f"{where}.template.spec")
         pods_per_job = _indexed_pod_count(job_spec, f"{where}.template.spec")
+        sizes.add(pods_per_job)
         out.annotation_sources.append((f"{where}.template", _annotations(job_template.get("metadata"), f"{where}.template")))
         out.annotation_sources.append((f"{where}.template.spec.template",
                                        _annotations(pod_template.get("metadata"), f"{where}.template.spec.template")))
         for job_index in range(count_field(rjob, "replicas", where, 1)):
             for completion in range(pods_per_job):
                 out.pods.append((f"{name}-{rname}-{job_index}-{completion}", pod_template))
+    out.default_slice_size = sizes.pop() if len(sizes) == 1 and 0 not in sizes else None
     return out
 
 

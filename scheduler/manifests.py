@@ -1,6 +1,6 @@
 """Read a training-job manifest (PyTorchJob, JobSet, TrainJob, Volcano Job, Indexed Job) into a `Gang`.
 
-Annotations (`meshfit.io/*`, Kueue `podset-*-topology`) may sit on the job's metadata or on any
+Annotations (`meshfit.io/*`, Kueue `podset-*-topology`, `podset-slice-*`) may sit on the job's metadata or on any
 pod template; the same key with two different values is an error.  When `meshfit.io/parallelism`
 leaves out `dp`, dp is inferred as world size / (tp*cp*ep*pp); without the annotation the job is
 pure data parallel.  Every problem is a one-line `JobSpecError` naming the field.
@@ -16,13 +16,14 @@ import yaml
 from scheduler.jobs import (
     ANNOTATION_MODEL, ANNOTATION_PARALLELISM, ANNOTATION_PREFERRED_LEVEL, ANNOTATION_RANK_ORDER,
     ANNOTATION_REQUIRED_LEVEL, DEFAULT_RANK_ORDER, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY,
-    Gang, JobSpecError, ModelShape, Parallelism, PodSlot, TopologyConstraint, parse_key_values,
-    pick_topology_level,
+    KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, Gang, JobSpecError, ModelShape, Parallelism, PodSlot,
+    TopologyConstraint, parse_key_values, parse_slice_annotations, pick_topology_level,
 )
 from scheduler.manifest_kinds import READERS, JobPods, as_mapping, gpus_from_template
 
 KNOWN_KEYS = (ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, ANNOTATION_MODEL, ANNOTATION_REQUIRED_LEVEL,
-              ANNOTATION_PREFERRED_LEVEL, KUEUE_REQUIRED_TOPOLOGY, KUEUE_PREFERRED_TOPOLOGY)
+              ANNOTATION_PREFERRED_LEVEL, KUEUE_REQUIRED_TOPOLOGY, KUEUE_PREFERRED_TOPOLOGY,
+              KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE)
 """Annotation keys meshfit reads from a job manifest."""
 
 
@@ -91,14 +92,18 @@ def parallelism_for(annotations: Mapping[str, str], world_size: int) -> Parallel
 
 
 def _constraint(where: str, annotations: Mapping[str, str], job: JobPods) -> TopologyConstraint:
-    """Required / preferred level from meshfit, Kueue and Volcano sources; conflicting ones are errors."""
+    """Required / preferred level (meshfit, Kueue, Volcano sources; conflicts are errors) and Kueue slices."""
     required = pick_topology_level(where, "required", (ANNOTATION_REQUIRED_LEVEL, annotations.get(ANNOTATION_REQUIRED_LEVEL)),
                     (KUEUE_REQUIRED_TOPOLOGY, annotations.get(KUEUE_REQUIRED_TOPOLOGY)),
                     ("spec.networkTopology", job.required_level))
     preferred = pick_topology_level(where, "preferred", (ANNOTATION_PREFERRED_LEVEL, annotations.get(ANNOTATION_PREFERRED_LEVEL)),
                      (KUEUE_PREFERRED_TOPOLOGY, annotations.get(KUEUE_PREFERRED_TOPOLOGY)),
                      ("spec.networkTopology", job.preferred_level))
-    return TopologyConstraint(required_level=required, preferred_level=None if required else preferred)
+    slice_level, slice_size = parse_slice_annotations(
+        where, annotations.get(KUEUE_SLICE_REQUIRED_TOPOLOGY), annotations.get(KUEUE_SLICE_SIZE),
+        job.default_slice_size)
+    return TopologyConstraint(required_level=required, preferred_level=None if required else preferred,
+                              slice_required_level=slice_level, slice_size=slice_size)
 
 
 def _pod_gpus(job: JobPods) -> list[int]:

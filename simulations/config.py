@@ -35,6 +35,15 @@ class Backfill(str, Enum):
     """Any job that fits starts (no reservation; the head may starve)."""
 
 
+class KueueSlices(str, Enum):
+    """Whether `kueue-tas` runs give gangs the Kueue slice annotations a competent user would set."""
+
+    auto = "auto"
+    """Slice = one tensor-parallel group's pods, inside one domain of the smallest level that holds it."""
+    off = "off"
+    """No slice annotations (Kueue TAS with podset-level constraints only)."""
+
+
 class QueueOrder(str, Enum):
     """Order of the waiting queue."""
 
@@ -100,3 +109,5 @@ class SimConfig:
     """Target number of time-series samples over the trace's arrival span."""
     horizon_seconds: float | None = None
     """Stop at this simulated time; unfinished jobs are reported as not completed."""
+    kueue_slices: KueueSlices = KueueSlices.auto
+    """`kueue-tas` runs only: Kueue slice annotations per gang (`simulations.workload.kueue_slice_constraint`)."""

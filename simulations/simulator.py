@@ -36,7 +36,7 @@ from simulations.jobstate import DONE, QUEUED, REJECTED, RUNNING, RunJob
 from simulations.metrics import RunResult, details, job_row, summarize
 from simulations.reservation import Reservation, reserve
 from simulations.sampling import Sampler
-from simulations.workload import Workload, make_gang
+from simulations.workload import Workload, kueue_slice_rule, make_gang
 from topology.model import ClusterTopology
 
 COMPLETE, FAIL, REPAIR = 0, 1, 2
@@ -57,7 +57,8 @@ class Simulator:
         self.total_gpus = topo.gpus_total
         per_node = gpus_per_node(topo)
         priority = config.queue == QueueOrder.priority
-        self.jobs = [RunJob(job, make_gang(job, per_node),
+        slices = kueue_slice_rule(topo, policy, config.kueue_slices)
+        self.jobs = [RunJob(job, make_gang(job, per_node, slices),
                             ((-job.priority if priority else 0), job.submit, index), work_left=job.duration)
                      for index, job in enumerate(workload.jobs)]
         self.queue: list[RunJob] = []

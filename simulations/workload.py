@@ -9,13 +9,22 @@ sized by the cluster (each pod takes the largest divisor of the job's GPUs that 
 on HGX, 4 on GB200 trays), so a 64-GPU job is 8 pods of 8 on HGX with each tp=8 group inside one
 node, and 16 pods of 4 on GB200 with each tp=8 group spanning two trays, which is only fast when both
 trays share an NVL72 NVLink domain (`--max-tp 16`: four trays).
+
+For `kueue-tas` runs (`SimConfig.kueue_slices`, default auto) each gang whose tensor-parallel group
+spans pods also gets the Kueue slice annotations a competent user would set (`KueueSliceRule`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from scheduler.jobs import Gang, ModelShape, Parallelism, PodSlot
+import numpy as np
+
+from scheduler.jobs import (
+    AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, Gang, ModelShape, Parallelism, PodSlot, parse_rank_order,
+)
+from simulations.config import KueueSlices
+from topology.model import ClusterTopology
 
 SIM_NAMESPACE = "sim"
 """Namespace of every simulated gang."""
@@ -97,10 +106,62 @@ def pod_gpus(job: SimJob, gpus_per_node: int) -> int:
     return largest_divisor_at_most(job.gpus, gpus_per_node)
 
 
-def make_gang(job: SimJob, gpus_per_node: int) -> Gang:
-    """The gang of `job` on nodes of `gpus_per_node` GPUs (parallelism / model inferred if absent)."""
+def make_gang(job: SimJob, gpus_per_node: int, slices: "KueueSliceRule | None" = None) -> Gang:
+    """The gang of `job` on nodes of `gpus_per_node` GPUs (parallelism / model inferred if absent),
+    with the Kueue slice annotations of `slices` when given and useful."""
     per_pod = pod_gpus(job, gpus_per_node)
     pods = tuple(PodSlot(i, f"{job.job_id}-{i}", per_pod) for i in range(job.gpus // per_pod))
-    return Gang(SIM_NAMESPACE, job.job_id, pods,
+    gang = Gang(SIM_NAMESPACE, job.job_id, pods,
                 parallelism=job.parallelism or infer_parallelism(job.gpus),
                 model=job.model or default_model(job.gpus), priority=job.priority)
+    return slices.annotate(gang) if slices is not None else gang
+
+
+def tp_pods(gang: Gang) -> int:
+    """Consecutive pods holding one whole tensor-parallel group (tp innermost, tp a multiple of the pod's
+    GPUs); 1 when a group fits inside a pod or pods do not hold whole groups."""
+    tp, per_pod = gang.parallelism.tp, gang.gpus_per_pod
+    if tp <= per_pod or tp % per_pod:
+        return 1
+    order = parse_rank_order(DEFAULT_RANK_ORDER if gang.rank_order == AUTO_RANK_ORDER else gang.rank_order)
+    innermost = next(axis for axis in order if gang.parallelism.degree(axis) > 1)
+    return tp // per_pod if innermost == "tp" else 1
+
+
+class KueueSliceRule:
+    """The slice annotations a competent Kueue user sets: one slice per tensor-parallel group's pods,
+    required inside one domain of the deepest level that has a domain holding a slice (GB200: the
+    NVL72 NVLink domain); the pod set prefers that level (Kueue wants it at or above the slice level)."""
+
+    def __init__(self, topo: ClusterTopology) -> None:
+        self.topo = topo
+        self.levels: dict[tuple[int, int], int | None] = {}
+
+    def slice_level(self, per_pod: int, size: int) -> int | None:
+        """Deepest level with a domain that can hold `size` pods of `per_pod` GPUs (None if none)."""
+        key = (per_pod, size)
+        if key not in self.levels:
+            topo = self.topo
+            paths = np.array([n.path for n in topo.nodes], dtype=np.int64).reshape(len(topo.nodes), -1)
+            pods = np.array([n.gpus_total // per_pod for n in topo.nodes], dtype=np.int64)
+            held = np.bincount(paths.ravel(), weights=np.repeat(pods, paths.shape[1]), minlength=len(topo.domains))
+            level_of = np.array([d.level for d in topo.domains], dtype=np.int64)
+            fitting = level_of[held >= size]
+            self.levels[key] = int(fitting.max()) if fitting.size else None
+        return self.levels[key]
+
+    def annotate(self, gang: Gang) -> Gang:
+        """`gang` with slice level / size (and, without a podset level, preferred = the slice level)."""
+        size = tp_pods(gang)
+        level = self.slice_level(gang.gpus_per_pod, size) if size > 1 else None
+        if level is None:
+            return gang
+        name = self.topo.levels[level].name
+        constraint = gang.constraint
+        podset = {} if constraint.required_level or constraint.preferred_level else {"preferred_level": name}
+        return replace(gang, constraint=replace(constraint, slice_required_level=name, slice_size=size, **podset))
+
+
+def kueue_slice_rule(topo: ClusterTopology, policy: str, mode: KueueSlices | str) -> KueueSliceRule | None:
+    """The slice rule for one run: only `kueue-tas` with `kueue_slices` auto gets one."""
+    return KueueSliceRule(topo) if policy == "kueue-tas" and KueueSlices(mode) == KueueSlices.auto else None

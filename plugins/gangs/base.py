@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
 from scheduler.jobs import (
+    KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, parse_slice_annotations,
     pick_topology_level,
     ANNOTATION_MODEL, ANNOTATION_PARALLELISM, ANNOTATION_PREFERRED_LEVEL, ANNOTATION_RANK_ORDER,
     ANNOTATION_REQUIRED_LEVEL, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, JobSpecError,
@@ -235,7 +236,10 @@ def constraint_from(settings: Mapping[str, str], where: str, required: str | Non
     pref = pick_topology_level(where, "preferred", (ANNOTATION_PREFERRED_LEVEL, settings.get(ANNOTATION_PREFERRED_LEVEL)),
                        (KUEUE_PREFERRED_TOPOLOGY, settings.get(KUEUE_PREFERRED_TOPOLOGY)),
                        ("spec.networkTopology", preferred))
-    return TopologyConstraint(required_level=req, preferred_level=None if req else pref)
+    slice_level, slice_size = parse_slice_annotations(where, settings.get(KUEUE_SLICE_REQUIRED_TOPOLOGY),
+                                                      settings.get(KUEUE_SLICE_SIZE))
+    return TopologyConstraint(required_level=req, preferred_level=None if req else pref,
+                              slice_required_level=slice_level, slice_size=slice_size)
 
 
 def podgroup_size(pod: dict, lookup: Lookup) -> int | None:

@@ -1,11 +1,15 @@
-"""`first-fit`: walk nodes in name order and take free GPUs until the gang fits (no topology)."""
+"""`first-fit`: walk nodes in name order and take free GPUs until the gang fits (no topology).
+
+It does not model Kueue slices: a gang with `podset-slice-*` constraints is placed as usual and
+reported unschedulable (with the reason) when that layout breaks a slice, never placed in violation.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from plugins.policies.ordering import topology_order
-from scheduler.capacity import allowed_nodes
+from scheduler.capacity import allowed_nodes, slice_violation
 from scheduler.jobs import Gang
 from scheduler.placement import Assignment
 from topology.model import ClusterTopology
@@ -44,7 +48,9 @@ class FirstFitPolicy:
                 f"needs {pods} pods x {gang.gpus_per_pod} GPUs; only {int(filled[-1]) if last else 0} such pods fit")
         takes = slots[: last + 1].copy()
         takes[last] -= int(filled[last]) - pods
-        return Assignment(tuple(np.repeat(by_name[: last + 1], takes).tolist()))
+        pod_nodes = tuple(np.repeat(by_name[: last + 1], takes).tolist())
+        broken = slice_violation(NAME, gang, topo, pod_nodes)
+        return Assignment.unschedulable(broken) if broken else Assignment(pod_nodes)
 
 
 def factory(**_options: object) -> FirstFitPolicy:

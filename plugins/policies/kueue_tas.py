@@ -12,12 +12,15 @@
    first, as Kueue orders a TopologyAssignment) and pods fill them in index order.
 
 Kueue knows nothing about tensor/pipeline/data axes; it only keeps consecutive indices together.
+A gang with Kueue slices (`podset-slice-required-topology` + `podset-slice-size`, Kueue v0.13+) goes
+through Kueue's two-level algorithm instead (`kueue_slices`); gangs without slices never do.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from plugins.policies.kueue_slices import assign_slices
 from plugins.policies.meshfit_search import slot_view
 from plugins.policies.ordering import TopologyOrder, best_fit, topology_order
 from scheduler.capacity import constraint_levels
@@ -91,6 +94,12 @@ def _rank_ordered_pods(order: TopologyOrder, hosts: Chosen) -> tuple[int, ...]:
     return tuple(np.repeat(nodes[ranked], counts[ranked]).tolist())
 
 
+def _slice_assignment(gang: Gang, topo: ClusterTopology, slots: np.ndarray) -> Assignment:
+    """Kueue's two-level (podset slice) algorithm (`kueue_slices`), as an Assignment."""
+    found = assign_slices(gang, topo, slots)
+    return Assignment.unschedulable(found) if isinstance(found, str) else Assignment(found)
+
+
 class KueueTasPolicy:
     """Kueue TAS BestFit: fewest, tightest domains at the requested level; pods in index order."""
 
@@ -102,6 +111,8 @@ class KueueTasPolicy:
         if view.total < len(gang.pods):
             return Assignment.unschedulable(unschedulable_reason(gang, topo) or "does not fit")
         try:
+            if gang.constraint.has_slices:
+                return _slice_assignment(gang, topo, view.domain_slots)
             found = _fit_level(gang, topo, view.domain_slots)
         except TopologyError as exc:
             return Assignment.unschedulable(f"topology constraint cannot be met: {exc}")

@@ -6,6 +6,11 @@ preferred levels and pre-assigned domains) and every pod-level axis nesting, the
 aligned fill of `meshfit_search` proposes a layout; the cost model prices it.  The cheapest
 layout wins; ties go to the layout breaking the fewest whole domains (NVLink domains, racks,
 nodes), then to the deeper domain, then to the tightest fit.
+
+Kueue slices (`podset-slice-required-topology` + `podset-slice-size`) are a hard constraint: a
+layout that puts one slice's consecutive pods in two domains of the slice level is never chosen,
+and Kueue's own two-level placement (`kueue_slices`) is priced as one more candidate, so meshfit
+places every sliced gang that Kueue would place, never at a higher predicted cost.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from plugins.policies.meshfit_search import (
     BALANCE, PACK, ROOT, SPREAD, SlotView, candidate_domains, fill_domain, pod_axis_grid, pod_sequence, slot_view,
     virtual_orders,
 )
-from scheduler.capacity import constraint_levels
+from plugins.policies.kueue_slices import assign_slices
+from scheduler.capacity import constraint_levels, slice_level
 from scheduler.cost import LayoutPricer, lower_bound_seconds
 from scheduler.explain import unschedulable_reason
 from scheduler.jobs import AUTO_RANK_ORDER, Gang
@@ -112,7 +118,8 @@ class MeshfitPolicy:
         return domains
 
     def _price_domain(self, topo: ClusterTopology, view: SlotView, domain: int, pricer: LayoutPricer, order: str,
-                      plans: list[tuple[np.ndarray, list[int], str]], best: Candidate | None) -> Candidate | None:
+                      plans: list[tuple[np.ndarray, list[int], str]], best: Candidate | None,
+                      slices: "SliceCheck | None" = None) -> Candidate | None:
         """Best layout of the gang inside one domain for one rank order (`plans`: sequence, blocks, strategy)."""
         pods = len(pricer.gang.pods)
         level = view.tree.level_of(domain)
@@ -120,6 +127,8 @@ class MeshfitPolicy:
         for sequence, blocks, strategy in plans:
             pod_nodes = np.empty(pods, dtype=np.int64)
             pod_nodes[sequence] = fill_domain(view, domain, pods, blocks, strategy)
+            if slices is not None and not slices.kept(pod_nodes):
+                continue
             cost = pricer.step_seconds(pod_nodes)
             if best is not None and clearly_costlier(cost, best.cost):
                 continue  # cannot win even on tie-breaks: skip pricing its fragmentation
@@ -158,16 +167,20 @@ class MeshfitPolicy:
         orders = SUPPORTED_RANK_ORDERS if gang.rank_order == AUTO_RANK_ORDER else (gang.rank_order,)
         floor = lower_bound_seconds(gang, topo) * (1 + RELATIVE_TIE)
         try:
-            if len(gang.pods) == 1 and self.single_pod_shortcut:
+            if len(gang.pods) == 1 and self.single_pod_shortcut and not gang.constraint.has_slices:
                 constraint_levels(gang, topo)  # the same errors as the search's candidate domains
                 single = self._single_pod(gang, topo, view, orders[0], floor)
                 if single is not None:
                     return single
             domains = self._candidates(gang, topo, view)
+            slices = SliceCheck(gang, topo) if gang.constraint.has_slices else None
+            kueue = assign_slices(gang, topo, view.domain_slots) if slices is not None else None
         except TopologyError as exc:
             return Assignment.unschedulable(f"topology constraint cannot be met: {exc}")
         if not domains:
             return Assignment.unschedulable(unschedulable_reason(gang, topo) or "no domain can hold the gang")
+        if isinstance(kueue, str):
+            return Assignment.unschedulable(kueue)  # Kueue's slice placement fails only when no layout keeps the slices
         best: Candidate | None = None
         pricers = [LayoutPricer(gang, topo, order) for order in orders]
         strategies = (PACK, BALANCE, SPREAD) if view.tree.oversubscribed else (PACK,)
@@ -176,11 +189,43 @@ class MeshfitPolicy:
         for level in sorted({view.tree.level_of(d) for d in domains}, reverse=True):
             for domain in (d for d in domains if view.tree.level_of(d) == level):
                 for pricer, order, order_plans in zip(pricers, orders, plans):
-                    best = self._price_domain(topo, view, domain, pricer, order, order_plans, best)
+                    best = self._price_domain(topo, view, domain, pricer, order, order_plans, best, slices)
             if best is not None and best.cost <= floor:
                 break
+        if kueue is not None:
+            best = _with_kueue_layout(topo, view, pricers, orders, np.array(kueue, dtype=np.int64), best)
         assert best is not None
         return Assignment(best.pod_nodes, None, best.rank_order)
+
+
+class SliceCheck:
+    """Whether a layout keeps each Kueue slice (consecutive pods) inside one domain of the slice level."""
+
+    def __init__(self, gang: Gang, topo: ClusterTopology) -> None:
+        level = slice_level(gang, topo)
+        assert level is not None
+        self.domain_of = np.array([node.path[level] for node in topo.nodes], dtype=np.int64)
+        self.size = gang.constraint.slice_size or 1
+
+    def kept(self, pod_nodes: np.ndarray) -> bool:
+        """True if every slice's pods share one slice-level domain."""
+        domains = self.domain_of[pod_nodes].reshape(-1, self.size)
+        return bool((domains == domains[:, :1]).all())
+
+
+def _with_kueue_layout(topo: ClusterTopology, view: SlotView, pricers: list[LayoutPricer], orders: tuple[str, ...],
+                       pod_nodes: np.ndarray, best: Candidate | None) -> Candidate:
+    """`best`, or Kueue's slice layout under the cheapest rank order if that beats it."""
+    paths = view.tree.paths[pod_nodes]
+    common = np.flatnonzero((paths == paths[:1]).all(axis=0))  # levels whose domain holds every pod
+    domain = int(paths[0, common[-1]]) if common.size else ROOT
+    tie = (whole_domains_broken(topo, view, pod_nodes), -view.tree.level_of(domain), view.slots(domain) - len(pod_nodes))
+    for pricer, order in zip(pricers, orders):
+        candidate = Candidate(tuple(int(n) for n in pod_nodes), order, pricer.step_seconds(pod_nodes), tie)
+        if candidate.beats(best):
+            best = candidate
+    assert best is not None
+    return best
 
 
 def plan_weights(pricer: LayoutPricer) -> dict[str, float]:

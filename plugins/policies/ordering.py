@@ -16,7 +16,7 @@ NO_FIT = np.iinfo(np.int64).max
 
 
 class TopologyOrder:
-    """Name ranks, per-level domain ids, children, sizes and the by-name node order of one topology."""
+    """Name ranks, per-level domain ids, children, parents, sizes and the by-name node order of one topology."""
 
     def __init__(self, topo: ClusterTopology) -> None:
         names = [d.name for d in topo.domains]
@@ -27,6 +27,8 @@ class TopologyOrder:
         levels = np.array([d.level for d in topo.domains], dtype=np.int64)
         self.at_level = [np.flatnonzero(levels == level) for level in range(len(topo.levels))]
         self.children = [np.array(d.children, dtype=np.int64) for d in topo.domains]
+        self.parent = np.array([-1 if d.parent is None else d.parent for d in topo.domains], dtype=np.int64)
+        """Parent domain id of every domain (-1 at the top level)."""
         self.first_node = np.array([d.nodes[0] if d.nodes else -1 for d in topo.domains], dtype=np.int64)
         self.domain_gpus = np.array([d.gpus_total for d in topo.domains], dtype=np.int64)
         paths = np.array([n.path for n in topo.nodes], dtype=np.int64).reshape(len(topo.nodes), len(topo.levels))

@@ -6,7 +6,9 @@ and so on.  Gradient search: from tier 1 up to `highestTierAllowed` (hard mode; 
 utilised one (HyperNode binpack); inside it, pods are placed one by one in task order on the node
 the binpack plugin scores highest (most allocated after placement, ties by name).  Soft mode (and
 jobs without `networkTopology`) walk every tier and fall back to the whole cluster.  Volcano has
-no notion of rank layout: it only keeps the job inside one HyperNode.
+no notion of rank layout: it only keeps the job inside one HyperNode.  Kueue slice constraints
+(`podset-slice-*`) are not modelled: a layout that splits a slice is reported unschedulable, with
+the reason, instead of being placed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 
 from plugins.policies.meshfit_search import ROOT, SlotView, slot_view
 from plugins.policies.ordering import topology_order
-from scheduler.capacity import constraint_levels
+from scheduler.capacity import constraint_levels, slice_violation
 from scheduler.explain import unschedulable_reason
 from scheduler.jobs import Gang
 from scheduler.placement import Assignment
@@ -89,7 +91,8 @@ class VolcanoHyperNodePolicy:
             chosen = ROOT
         members = np.arange(len(topo.nodes)) if chosen == ROOT else topo.domains[chosen].nodes
         pod_nodes = binpack_nodes(gang, topo, view, members)
-        return Assignment(tuple(pod_nodes))
+        broken = slice_violation(NAME, gang, topo, pod_nodes)
+        return Assignment.unschedulable(broken) if broken else Assignment(tuple(pod_nodes))
 
 
 def factory(**_options: object) -> VolcanoHyperNodePolicy:

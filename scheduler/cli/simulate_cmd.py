@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_json
-from simulations.config import Backfill, QueueOrder
+from simulations.config import Backfill, KueueSlices, QueueOrder
 
 RUNTIME_HELP = "Runtime model: share of raw step time that is communication at the ideal placement."
 
@@ -25,10 +25,11 @@ class PrintFormat(str, Enum):
 
 
 def _settings(backfill: Backfill, queue: QueueOrder, comm_fraction: float, overlap: float, mtbf: float,
-              repair: float, checkpoint: float, restart: float, horizon: float | None) -> dict:
+              repair: float, checkpoint: float, restart: float, horizon: float | None,
+              kueue_slices: KueueSlices = KueueSlices.auto) -> dict:
     return {"backfill": backfill, "queue": queue, "comm_fraction": comm_fraction, "overlap": overlap,
             "node_mtbf_hours": mtbf, "repair_hours": repair, "checkpoint_minutes": checkpoint,
-            "restart_minutes": restart, "horizon_hours": horizon}
+            "restart_minutes": restart, "horizon_hours": horizon, "kueue_slices": kueue_slices}
 
 
 BackfillOption = typer.Option(Backfill.easy, "--backfill", help="easy (reserve the head), none, aggressive.")
@@ -43,6 +44,10 @@ HorizonOption = typer.Option(None, "--horizon-hours", help="Stop at this simulat
 WorkersOption = typer.Option(None, "--workers", help="Local worker processes (default: one per CPU).")
 DaskOption = typer.Option(None, "--dask", help="Run on this Dask scheduler address instead of locally.")
 LoadOption = typer.Option(0.9, "--load", help="Synthetic: offered load as a share of the cluster's GPUs.")
+KueueSlicesOption = typer.Option(
+    KueueSlices.auto, "--kueue-slices",
+    help="kueue-tas runs only: auto gives gangs Kueue slice annotations (one tp group per slice, inside one "
+         "domain of the smallest level that holds it); off gives none.")
 
 
 def simulate_command(
@@ -64,6 +69,7 @@ def simulate_command(
     node_mtbf_hours: float = MtbfOption, repair_hours: float = RepairOption,
     checkpoint_minutes: float = CheckpointOption, restart_minutes: float = RestartOption,
     horizon_hours: float | None = HorizonOption,
+    kueue_slices: KueueSlices = KueueSlicesOption,
     workers: int | None = WorkersOption, dask: str | None = DaskOption,
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG plots."),
     print_format: PrintFormat = typer.Option(PrintFormat.table, "--format", help="Printed output: table or json."),
@@ -81,7 +87,7 @@ def simulate_command(
                                          max_tp)
         config = session.base_config(seed[0], **_settings(backfill, queue, comm_fraction, overlap, node_mtbf_hours,
                                                           repair_hours, checkpoint_minutes, restart_minutes,
-                                                          horizon_hours))
+                                                          horizon_hours, kueue_slices))
         specs = sweep_specs([spec], policies, list(dict.fromkeys(seed)), config)
         show = print_format == PrintFormat.table and session.stdout_is_tty()
         results, wall = session.execute(specs, workload, workers, dask, show)

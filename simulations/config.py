@@ -40,6 +40,8 @@ class KueueSlices(str, Enum):
 
     auto = "auto"
     """Slice = one tensor-parallel group's pods, inside one domain of the smallest level that holds it."""
+    all = "all"
+    """The same slice annotations for every policy's gangs (a hard constraint for all of them)."""
     off = "off"
     """No slice annotations (Kueue TAS with podset-level constraints only)."""
 
@@ -110,4 +112,4 @@ class SimConfig:
     horizon_seconds: float | None = None
     """Stop at this simulated time; unfinished jobs are reported as not completed."""
     kueue_slices: KueueSlices = KueueSlices.auto
-    """`kueue-tas` runs only: Kueue slice annotations per gang (`simulations.workload.kueue_slice_constraint`)."""
+    """Kueue slice annotations per gang, for `kueue-tas` runs (auto), every run (all) or none (off): `simulations.workload.kueue_slice_rule`."""

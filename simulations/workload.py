@@ -163,5 +163,7 @@ class KueueSliceRule:
 
 
 def kueue_slice_rule(topo: ClusterTopology, policy: str, mode: KueueSlices | str) -> KueueSliceRule | None:
-    """The slice rule for one run: only `kueue-tas` with `kueue_slices` auto gets one."""
-    return KueueSliceRule(topo) if policy == "kueue-tas" and KueueSlices(mode) == KueueSlices.auto else None
+    """The slice rule for one run: `kueue-tas` under auto, every policy under all, none under off."""
+    mode = KueueSlices(mode)
+    wanted = mode == KueueSlices.all or (mode == KueueSlices.auto and policy == "kueue-tas")
+    return KueueSliceRule(topo) if wanted else None

@@ -46,8 +46,8 @@ DaskOption = typer.Option(None, "--dask", help="Run on this Dask scheduler addre
 LoadOption = typer.Option(0.9, "--load", help="Synthetic: offered load as a share of the cluster's GPUs.")
 KueueSlicesOption = typer.Option(
     KueueSlices.auto, "--kueue-slices",
-    help="kueue-tas runs only: auto gives gangs Kueue slice annotations (one tp group per slice, inside one "
-         "domain of the smallest level that holds it); off gives none.")
+    help="Kueue slice annotations (one tp group per slice, inside one domain of the smallest level that holds "
+         "it): auto gives them to kueue-tas gangs, all to every policy's gangs, off to none.")
 
 
 def simulate_command(

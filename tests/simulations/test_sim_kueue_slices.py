@@ -37,11 +37,13 @@ def test_gb200_slices_sit_in_the_nvlink_domain():
     assert make_gang(job(8, 4), 4, rule).constraint.has_slices is False  # one pod per tp group: nothing to slice
 
 
-def test_only_kueue_tas_runs_with_auto_get_a_rule():
+def test_which_runs_get_a_slice_rule():
     topo = build_cluster(ClusterSpec("gb200-nvl72", 18))
     assert isinstance(kueue_slice_rule(topo, "kueue-tas", KueueSlices.auto), KueueSliceRule)
     assert kueue_slice_rule(topo, "kueue-tas", "off") is None
     assert kueue_slice_rule(topo, "meshfit", KueueSlices.auto) is None
+    assert isinstance(kueue_slice_rule(topo, "meshfit", "all"), KueueSliceRule)
+    assert isinstance(kueue_slice_rule(topo, "first-fit", KueueSlices.all), KueueSliceRule)
 
 
 def test_kueue_tas_run_keeps_every_slice_and_off_does_not_annotate():

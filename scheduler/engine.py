@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections import Counter
 
 from scheduler.cost import estimate_cost
-from scheduler.jobs import AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, Gang, JobSpecError, parse_rank_order
+from scheduler.jobs import (
+    ANNOTATION_MAX_COMM_RATIO, AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, Gang, JobSpecError, parse_rank_order,
+)
 from scheduler.layout import rank_coords_table
-from scheduler.placement import PLACED, UNSCHEDULABLE, Assignment, Placement, RankInfo
+from scheduler.placement import PLACED, UNSCHEDULABLE, Assignment, CostReport, Placement, RankInfo
 from scheduler.policy import PlacementPolicy
 from topology.model import ClusterTopology
 
@@ -65,8 +67,24 @@ def placement_from_assignment(gang: Gang, topo: ClusterTopology, policy_name: st
         order = DEFAULT_RANK_ORDER
     names = [topo.nodes[i].name for i in assignment.pod_nodes]
     cost = estimate_cost(gang, assignment.pod_nodes, topo, order)
+    too_slow = comm_limit_exceeded(gang, cost)
+    if too_slow:
+        return unschedulable(gang, policy_name, too_slow)
     ranks = build_ranks(gang, names, order) if with_ranks else []
     return Placement(gang, PLACED, policy_name, order, None, names, ranks, cost)
+
+
+def comm_limit_exceeded(gang: Gang, cost: CostReport) -> str | None:
+    """Why a layout breaks the job's `meshfit.io/max-comm-ratio` (None when it does not, or no limit is set)."""
+    limit = gang.constraint.max_comm_ratio
+    if limit is None or cost.lower_bound_seconds <= 0:
+        return None
+    ratio = cost.step_comm_seconds / cost.lower_bound_seconds
+    if ratio <= limit * (1 + 1e-9):
+        return None
+    return (f"the layout found predicts {ratio:.2f}x the ideal step communication "
+            f"({cost.step_comm_seconds * 1e3:.3g} ms vs {cost.lower_bound_seconds * 1e3:.3g} ms), above the job's "
+            f"{ANNOTATION_MAX_COMM_RATIO} {limit:g}: waiting for a better-aligned layout")
 
 
 def place(gang: Gang, topo: ClusterTopology, policy: str | PlacementPolicy = DEFAULT_POLICY,

@@ -19,6 +19,9 @@ ANNOTATION_REQUIRED_LEVEL = "meshfit.io/required-level"
 ANNOTATION_PREFERRED_LEVEL = "meshfit.io/preferred-level"
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+ANNOTATION_MAX_COMM_RATIO = "meshfit.io/max-comm-ratio"
+"""Refuse (wait instead of start) a layout whose predicted step communication exceeds this multiple
+of the lower bound, e.g. "1.5"; unset = start on any layout that fits."""
 KUEUE_SLICE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-slice-required-topology"
 """Kueue (v0.13+) two-level TAS: every slice of the pod set must sit inside one domain of this level."""
 KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
@@ -167,6 +170,8 @@ class TopologyConstraint:
     """Level whose domains must each hold a whole slice (`kueue.x-k8s.io/podset-slice-required-topology`)."""
     slice_size: int | None = None
     """Pods per slice: pods [k*size, (k+1)*size) form slice k (`kueue.x-k8s.io/podset-slice-size`)."""
+    max_comm_ratio: float | None = None
+    """Largest predicted step communication / lower bound the job accepts (`meshfit.io/max-comm-ratio`)."""
 
     @property
     def has_slices(self) -> bool:
@@ -194,6 +199,19 @@ def parse_slice_annotations(where: str, level: str | None, size: str | int | Non
     if not text.isdigit() or int(text) < 1:
         raise JobSpecError(f"{where}: {KUEUE_SLICE_SIZE} must be an integer >= 1, got {text!r}")
     return level, int(text)
+
+
+def parse_max_comm_ratio(where: str, value: str | float | None) -> float | None:
+    """`meshfit.io/max-comm-ratio` as a float >= 1 (None when unset); JobSpecError otherwise."""
+    if value in (None, ""):
+        return None
+    try:
+        ratio = float(str(value).strip())
+    except ValueError:
+        raise JobSpecError(f"{where}: {ANNOTATION_MAX_COMM_RATIO} must be a number >= 1, got {value!r}") from None
+    if not ratio >= 1.0 or ratio == float("inf"):
+        raise JobSpecError(f"{where}: {ANNOTATION_MAX_COMM_RATIO} must be a finite number >= 1, got {value!r}")
+    return ratio
 
 
 def pick_topology_level(where: str, kind: str, *candidates: tuple[str, str | None]) -> str | None:

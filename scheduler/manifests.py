@@ -16,14 +16,14 @@ import yaml
 from scheduler.jobs import (
     ANNOTATION_MODEL, ANNOTATION_PARALLELISM, ANNOTATION_PREFERRED_LEVEL, ANNOTATION_RANK_ORDER,
     ANNOTATION_REQUIRED_LEVEL, DEFAULT_RANK_ORDER, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY,
-    KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, Gang, JobSpecError, ModelShape, Parallelism, PodSlot,
-    TopologyConstraint, parse_key_values, parse_slice_annotations, pick_topology_level,
+    ANNOTATION_MAX_COMM_RATIO, KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, Gang, JobSpecError, ModelShape, Parallelism, PodSlot,
+    TopologyConstraint, parse_key_values, parse_max_comm_ratio, parse_slice_annotations, pick_topology_level,
 )
 from scheduler.manifest_kinds import READERS, JobPods, as_mapping, gpus_from_template
 
 KNOWN_KEYS = (ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, ANNOTATION_MODEL, ANNOTATION_REQUIRED_LEVEL,
               ANNOTATION_PREFERRED_LEVEL, KUEUE_REQUIRED_TOPOLOGY, KUEUE_PREFERRED_TOPOLOGY,
-              KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE)
+              KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, ANNOTATION_MAX_COMM_RATIO)
 """Annotation keys meshfit reads from a job manifest."""
 
 
@@ -103,7 +103,8 @@ def _constraint(where: str, annotations: Mapping[str, str], job: JobPods) -> Top
         where, annotations.get(KUEUE_SLICE_REQUIRED_TOPOLOGY), annotations.get(KUEUE_SLICE_SIZE),
         job.default_slice_size)
     return TopologyConstraint(required_level=required, preferred_level=None if required else preferred,
-                              slice_required_level=slice_level, slice_size=slice_size)
+                              slice_required_level=slice_level, slice_size=slice_size,
+                              max_comm_ratio=parse_max_comm_ratio(where, annotations.get(ANNOTATION_MAX_COMM_RATIO)))
 
 
 def _pod_gpus(job: JobPods) -> list[int]:

@@ -111,5 +111,7 @@ class SimConfig:
     """Target number of time-series samples over the trace's arrival span."""
     horizon_seconds: float | None = None
     """Stop at this simulated time; unfinished jobs are reported as not completed."""
+    max_comm_ratio: float | None = None
+    """Every gang's `meshfit.io/max-comm-ratio` (wait rather than start on a worse layout); None = no limit."""
     kueue_slices: KueueSlices = KueueSlices.auto
     """Kueue slice annotations per gang, for `kueue-tas` runs (auto), every run (all) or none (off): `simulations.workload.kueue_slice_rule`."""

@@ -165,5 +165,8 @@ def base_config(seed: int, **settings: Any) -> SimConfig:
     except ValueError as exc:
         raise InputError(str(exc)) from None
     horizon = settings.pop("horizon_hours", None)
+    limit = settings.get("max_comm_ratio")
+    if limit is not None and not 1.0 <= limit < float("inf"):
+        raise InputError(f"--max-comm-ratio must be a finite number >= 1, got {limit}")
     return SimConfig(runtime=runtime, failures=failures, seed=seed,
                      horizon_seconds=horizon * 3600.0 if horizon else None, **settings)

@@ -58,7 +58,7 @@ class Simulator:
         per_node = gpus_per_node(topo)
         priority = config.queue == QueueOrder.priority
         slices = kueue_slice_rule(topo, policy, config.kueue_slices)
-        self.jobs = [RunJob(job, make_gang(job, per_node, slices),
+        self.jobs = [RunJob(job, make_gang(job, per_node, slices, config.max_comm_ratio),
                             ((-job.priority if priority else 0), job.submit, index), work_left=job.duration)
                      for index, job in enumerate(workload.jobs)]
         self.queue: list[RunJob] = []

@@ -106,14 +106,17 @@ def pod_gpus(job: SimJob, gpus_per_node: int) -> int:
     return largest_divisor_at_most(job.gpus, gpus_per_node)
 
 
-def make_gang(job: SimJob, gpus_per_node: int, slices: "KueueSliceRule | None" = None) -> Gang:
+def make_gang(job: SimJob, gpus_per_node: int, slices: "KueueSliceRule | None" = None,
+              max_comm_ratio: float | None = None) -> Gang:
     """The gang of `job` on nodes of `gpus_per_node` GPUs (parallelism / model inferred if absent),
-    with the Kueue slice annotations of `slices` when given and useful."""
+    with the Kueue slice annotations of `slices` when given and useful, and `meshfit.io/max-comm-ratio`."""
     per_pod = pod_gpus(job, gpus_per_node)
     pods = tuple(PodSlot(i, f"{job.job_id}-{i}", per_pod) for i in range(job.gpus // per_pod))
     gang = Gang(SIM_NAMESPACE, job.job_id, pods,
                 parallelism=job.parallelism or infer_parallelism(job.gpus),
                 model=job.model or default_model(job.gpus), priority=job.priority)
+    if max_comm_ratio is not None:
+        gang = replace(gang, constraint=replace(gang.constraint, max_comm_ratio=max_comm_ratio))
     return slices.annotate(gang) if slices is not None else gang
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
 from scheduler.jobs import (
-    KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, parse_slice_annotations,
+    ANNOTATION_MAX_COMM_RATIO, KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, parse_max_comm_ratio,
+    parse_slice_annotations,
     pick_topology_level,
     ANNOTATION_MODEL, ANNOTATION_PARALLELISM, ANNOTATION_PREFERRED_LEVEL, ANNOTATION_RANK_ORDER,
     ANNOTATION_REQUIRED_LEVEL, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, JobSpecError,
@@ -239,7 +240,8 @@ def constraint_from(settings: Mapping[str, str], where: str, required: str | Non
     slice_level, slice_size = parse_slice_annotations(where, settings.get(KUEUE_SLICE_REQUIRED_TOPOLOGY),
                                                       settings.get(KUEUE_SLICE_SIZE))
     return TopologyConstraint(required_level=req, preferred_level=None if req else pref,
-                              slice_required_level=slice_level, slice_size=slice_size)
+                              slice_required_level=slice_level, slice_size=slice_size,
+                              max_comm_ratio=parse_max_comm_ratio(where, settings.get(ANNOTATION_MAX_COMM_RATIO)))
 
 
 def podgroup_size(pod: dict, lookup: Lookup) -> int | None:

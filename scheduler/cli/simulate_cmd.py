@@ -26,10 +26,11 @@ class PrintFormat(str, Enum):
 
 def _settings(backfill: Backfill, queue: QueueOrder, comm_fraction: float, overlap: float, mtbf: float,
               repair: float, checkpoint: float, restart: float, horizon: float | None,
-              kueue_slices: KueueSlices = KueueSlices.auto) -> dict:
+              kueue_slices: KueueSlices = KueueSlices.auto, max_comm_ratio: float | None = None) -> dict:
     return {"backfill": backfill, "queue": queue, "comm_fraction": comm_fraction, "overlap": overlap,
             "node_mtbf_hours": mtbf, "repair_hours": repair, "checkpoint_minutes": checkpoint,
-            "restart_minutes": restart, "horizon_hours": horizon, "kueue_slices": kueue_slices}
+            "restart_minutes": restart, "horizon_hours": horizon, "kueue_slices": kueue_slices,
+            "max_comm_ratio": max_comm_ratio}
 
 
 BackfillOption = typer.Option(Backfill.easy, "--backfill", help="easy (reserve the head), none, aggressive.")
@@ -44,6 +45,10 @@ HorizonOption = typer.Option(None, "--horizon-hours", help="Stop at this simulat
 WorkersOption = typer.Option(None, "--workers", help="Local worker processes (default: one per CPU).")
 DaskOption = typer.Option(None, "--dask", help="Run on this Dask scheduler address instead of locally.")
 LoadOption = typer.Option(0.9, "--load", help="Synthetic: offered load as a share of the cluster's GPUs.")
+MaxCommRatioOption = typer.Option(
+    None, "--max-comm-ratio",
+    help="Give every gang meshfit.io/max-comm-ratio R: wait rather than start on a layout whose predicted "
+         "step communication exceeds R x its lower bound.")
 KueueSlicesOption = typer.Option(
     KueueSlices.auto, "--kueue-slices",
     help="Kueue slice annotations (one tp group per slice, inside one domain of the smallest level that holds "
@@ -70,6 +75,7 @@ def simulate_command(
     checkpoint_minutes: float = CheckpointOption, restart_minutes: float = RestartOption,
     horizon_hours: float | None = HorizonOption,
     kueue_slices: KueueSlices = KueueSlicesOption,
+    max_comm_ratio: float | None = MaxCommRatioOption,
     workers: int | None = WorkersOption, dask: str | None = DaskOption,
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG plots."),
     print_format: PrintFormat = typer.Option(PrintFormat.table, "--format", help="Printed output: table or json."),
@@ -87,7 +93,7 @@ def simulate_command(
                                          max_tp)
         config = session.base_config(seed[0], **_settings(backfill, queue, comm_fraction, overlap, node_mtbf_hours,
                                                           repair_hours, checkpoint_minutes, restart_minutes,
-                                                          horizon_hours, kueue_slices))
+                                                          horizon_hours, kueue_slices, max_comm_ratio))
         specs = sweep_specs([spec], policies, list(dict.fromkeys(seed)), config)
         show = print_format == PrintFormat.table and session.stdout_is_tty()
         results, wall = session.execute(specs, workload, workers, dask, show)

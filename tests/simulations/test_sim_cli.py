@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -48,7 +49,9 @@ def test_simulate_synthetic_table_output(tmp_path):
     (["--trace", TRACE, "--link", "spine=4"], "LEVEL.FIELD=VALUE"),
     (["--trace", TRACE, "--comm-fraction", "1.5"], "comm fraction"),
     (["--trace", TRACE, "--max-tp", "0"], "--max-tp must be at least 1"),
-], ids=["missing-trace", "bad-trace", "unknown-policy", "two-workloads", "bad-link", "bad-runtime", "bad-max-tp"])
+    (["--trace", TRACE, "--max-comm-ratio", "0.5"], "--max-comm-ratio must be a finite number >= 1"),
+], ids=["missing-trace", "bad-trace", "unknown-policy", "two-workloads", "bad-link", "bad-runtime", "bad-max-tp",
+        "bad-comm-limit"])
 def test_simulate_bad_input_exits_2_with_one_line(tmp_path, args, message):
     bad = tmp_path / "bad.csv"
     bad.write_text("id,when\n1,2\n")
@@ -115,3 +118,16 @@ def test_dask_unreachable_is_a_clean_error(tmp_path):
                     "--dask", "tcp://127.0.0.1:9", "--no-plots")
     assert result.exit_code == 2
     assert "Dask scheduler" in result.stderr
+
+
+def test_simulate_records_the_comm_limit_and_waits_for_aligned_layouts(tmp_path):
+    args = ("simulate", "--preset", "gb200-nvl72", "--nodes", "36", "--synthetic", "60", "--policy", "first-fit",
+            "--max-tp", "16", "--format", "json", "--no-plots")
+    loose = invoke(*args, "-o", str(tmp_path / "loose"))
+    strict = invoke(*args, "--max-comm-ratio", "1.5", "-o", str(tmp_path / "strict"))
+    assert loose.exit_code == 0 and strict.exit_code == 0, strict.output
+    details = json.loads((tmp_path / "strict" / "details.json").read_text())
+    assert details["config"]["max_comm_ratio"] == 1.5
+    worst = {name: max(float(row["comm_ratio"]) for row in csv.DictReader((tmp_path / name / "jobs-first-fit.csv").open())
+                       if row["status"] == "done") for name in ("loose", "strict")}
+    assert worst["loose"] > 1.5 >= worst["strict"]

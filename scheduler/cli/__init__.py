@@ -40,6 +40,24 @@ def _register_all() -> None:
         module.register(app)
 
 
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from scheduler.cli.common import version_text
+
+        print(version_text())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the meshfit version and exit.",
+                                 callback=_version_callback, is_eager=True),
+) -> None:
+    """Topology-aware gang scheduler for distributed training on Kubernetes."""
+
+
 _register_all()
 
 

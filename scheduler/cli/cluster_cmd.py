@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_json
-
-
-def _write_nodelist(nodelist: dict[str, Any], output: Path | None) -> None:
-    if output is not None and output.suffix in (".yaml", ".yml"):
-        import yaml
-
-        text = yaml.safe_dump(nodelist, sort_keys=False)
-    else:
-        text = json.dumps(nodelist, indent=4) + "\n"
-    if output is None:
-        sys.stdout.write(text)
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror or exc}")
+from scheduler.cli.common import (DocumentFormat, OutputFormat, OutputOption, ToOption, console, document_text, fail,
+                                  format_for, print_document, write_text_or_stdout)
 
 
 def generate(
@@ -34,7 +17,9 @@ def generate(
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same file)."),
     used_fraction: float = typer.Option(0.0, "--used-fraction", help="Fraction of GPUs held by running pods."),
     unhealthy: int = typer.Option(0, "--unhealthy", help="Nodes made NotReady, cordoned or GPU-tainted."),
-    output: Path | None = typer.Option(None, "-o", "--output", help="File to write (.json or .yaml); stdout if omitted."),
+    output: DocumentFormat | None = typer.Option(
+        None, "-o", "--output", help="json or yaml (default: from the --to suffix, else json)."),
+    to: Path | None = ToOption,
 ) -> None:
     """Write a Kubernetes NodeList (a List with running Pods when --used-fraction > 0)."""
     from topology.generator import generate_nodelist
@@ -44,10 +29,10 @@ def generate(
         nodelist = generate_nodelist(preset, nodes, seed, used_fraction, unhealthy)
     except TopologyError as exc:
         fail(str(exc))
-    _write_nodelist(nodelist, output)
-    if output is not None:
+    write_text_or_stdout(document_text(nodelist, format_for(output, to, DocumentFormat.json)), to)
+    if to is not None:
         pods = sum(1 for item in nodelist["items"] if item["kind"] == "Pod")
-        print(f"wrote {nodes} {preset} nodes and {pods} running pods to {output}", file=sys.stderr)
+        print(f"wrote {nodes} {preset} nodes and {pods} running pods to {to}", file=sys.stderr)
 
 
 def presets(output: OutputFormat = OutputOption) -> None:
@@ -59,8 +44,8 @@ def presets(output: OutputFormat = OutputOption) -> None:
     rows = [{"name": p.name, "gpus_per_node": p.gpus_per_node, "gpu_product": p.gpu_product,
              "instance_type": p.instance_type, "description": p.description,
              "links": {role: spec.model_dump() for role, spec in p.links.items()}} for p in PRESETS.values()]
-    if output == OutputFormat.json:
-        print_json({"presets": rows})
+    if output != OutputFormat.table:
+        print_document({"presets": rows}, output)
         return
     table = Table(title="cluster presets")
     for column in ("preset", "GPUs/node", "GPU", "host GB/s", "fabric GB/s", "description"):

@@ -1,10 +1,15 @@
-"""Helpers shared by every CLI command: output format, one-line errors with exit code 2, JSON printing."""
+"""Helpers shared by every CLI command: the output convention, one-line errors with exit code 2, printing.
+
+The convention (kubectl's): `-o/--output table|json|yaml` chooses what is *printed*; files and folders
+get their own options, `--to FILE` (one document) and `--out-dir DIR` (several files).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 from enum import Enum
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -19,13 +24,22 @@ EXIT_UNSCHEDULABLE = 3
 
 
 class OutputFormat(str, Enum):
-    """`-o table|json`, accepted by every command."""
+    """`-o table|json|yaml`, accepted by every command that prints a result."""
 
     table = "table"
     json = "json"
+    yaml = "yaml"
 
 
-OutputOption = typer.Option(OutputFormat.table, "-o", "--output", help="Output format: table or json.")
+class DocumentFormat(str, Enum):
+    """`-o json|yaml` for commands whose result is a document (no table form)."""
+
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOption = typer.Option(OutputFormat.table, "-o", "--output", help="Printed output: table, json or yaml.")
+ToOption = typer.Option(None, "--to", help="Write the document to this file instead of stdout.")
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
@@ -38,3 +52,59 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 def print_json(payload: Any) -> None:
     """Print JSON to stdout (sorted keys off: field order follows the contracts)."""
     sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+
+
+def print_yaml(payload: Any) -> None:
+    """Print YAML to stdout, keys in the same order as the JSON form."""
+    import yaml
+
+    sys.stdout.write(yaml.safe_dump(payload, sort_keys=False))
+
+
+def print_document(payload: Any, output: OutputFormat | DocumentFormat) -> None:
+    """Print `payload` as JSON or YAML according to `-o` (tables are the caller's job)."""
+    if output.value == "yaml":
+        print_yaml(payload)
+    else:
+        print_json(payload)
+
+
+def document_text(payload: Any, fmt: DocumentFormat) -> str:
+    """`payload` as JSON or YAML text (a single document)."""
+    if fmt == DocumentFormat.yaml:
+        import yaml
+
+        return yaml.safe_dump(payload, sort_keys=False)
+    return json.dumps(payload, indent=2) + "\n"
+
+
+def format_for(output: DocumentFormat | None, to: Path | None, default: DocumentFormat) -> DocumentFormat:
+    """The document format: `-o` if given, else from the `--to` file's suffix, else `default`."""
+    if output is not None:
+        return output
+    if to is not None and to.suffix.lower() in (".yaml", ".yml"):
+        return DocumentFormat.yaml
+    if to is not None and to.suffix.lower() == ".json":
+        return DocumentFormat.json
+    return default
+
+
+def write_text_or_stdout(text: str, to: Path | None) -> None:
+    """Write `text` to the `--to` file (one-line error on failure) or to stdout."""
+    if to is None:
+        sys.stdout.write(text)
+        return
+    try:
+        to.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {to}: {exc.strerror or exc}")
+
+
+def version_text() -> str:
+    """`meshfit X.Y.Z` from the installed distribution (or `unknown` when run from a bare tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"meshfit {version('meshfit')}"
+    except PackageNotFoundError:
+        return "meshfit unknown"

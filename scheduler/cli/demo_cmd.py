@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_json
+from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_document
 
 DEMO_PRESET = "hgx-h100"
 DEMO_NODES = 8
@@ -86,9 +86,9 @@ def demo_command(
     if table_mode:
         print_run_summary(result, output)
         return
-    print_json({"cluster": {"preset": DEMO_PRESET, "nodes": DEMO_NODES, "gpus_free": topo.gpus_free},
+    print_document({"cluster": {"preset": DEMO_PRESET, "nodes": DEMO_NODES, "gpus_free": topo.gpus_free},
                 "placements": {name: p.to_json() for name, p in placements.items()},
-                "notes": notes, "run": result.to_json()})
+                "notes": notes, "run": result.to_json()}, output)
 
 
 def register(app: typer.Typer) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from scheduler.cli.common import EXIT_UNSCHEDULABLE, OutputFormat, OutputOption, console, fail, print_json
+from scheduler.cli.common import EXIT_UNSCHEDULABLE, OutputFormat, OutputOption, console, fail, print_document
 from scheduler.jobs import AXES, JobSpecError
 
 if TYPE_CHECKING:
@@ -94,11 +94,11 @@ def place_command(
         placement = place(gang, topo, policy)
     except (JobSpecError, ValueError) as exc:
         fail(str(exc))
-    if output == OutputFormat.json:
+    if output != OutputFormat.table:
         document = placement.to_json()
         if explain_flag:
             document["explain"] = explain(gang, topo)
-        print_json(document)
+        print_document(document, output)
     elif placement.placed:
         render_table(placement)
         if explain_flag:

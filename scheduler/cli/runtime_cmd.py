@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from scheduler.cli.common import OutputFormat, OutputOption, fail
+from scheduler.cli.common import (DocumentFormat, OutputFormat, OutputOption, ToOption, document_text, fail,
+                                  write_text_or_stdout)
 
 LAUNCH_HELP = ("Container entrypoint: read the pod's assignment (meshfit.io/* annotations file > rank-table file > "
                "the environment `meshfit render` wrote), wait for the whole gang, "
@@ -61,10 +62,10 @@ def launch_command(
 
 
 def _print_env(env: dict[str, str], output: OutputFormat) -> None:
-    from scheduler.cli.common import print_json
+    from scheduler.cli.common import print_document
 
-    if output == OutputFormat.json:
-        print_json(env)
+    if output != OutputFormat.table:
+        print_document(env, output)
     else:
         for key in sorted(env):
             print(f"{key}={env[key]}")
@@ -110,10 +111,10 @@ def _import_runtime() -> None:
 
 def print_run_summary(result, output: OutputFormat) -> None:
     """The run summary: DESIGN JSON, or a short loss curve summary."""
-    from scheduler.cli.common import console, print_json
+    from scheduler.cli.common import console, print_document
 
-    if output == OutputFormat.json:
-        print_json(result.to_json())
+    if output != OutputFormat.table:
+        print_document(result.to_json(), output)
         return
     losses = result.losses
     if losses:
@@ -175,7 +176,9 @@ def run_command(
 def render_command(
     job: Path = typer.Option(..., "--job", help="PyTorchJob, JobSet or TrainJob manifest."),
     placement: Path = typer.Option(..., "--placement", help="`meshfit place -o json` output for that job."),
-    output_file: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the YAML here (default: stdout)."),
+    output: DocumentFormat = typer.Option(DocumentFormat.yaml, "-o", "--output",
+                                          help="yaml (a multi-document stream) or json (a kubectl List)."),
+    to: Optional[Path] = ToOption,
 ) -> None:
     """Render the job pinned to its placement's nodes, with /dev/shm and the rank environment."""
     import yaml
@@ -187,11 +190,11 @@ def render_command(
         objects = render_files(job, placement)
     except (JobSpecError, ValueError, KeyError, TypeError) as exc:
         fail(f"meshfit render: {exc}")
-    text = yaml.safe_dump_all(objects, sort_keys=False)
-    if output_file is None:
-        print(text, end="")
+    if output == DocumentFormat.json:
+        text = document_text({"apiVersion": "v1", "kind": "List", "items": objects}, output)
     else:
-        output_file.write_text(text)
+        text = yaml.safe_dump_all(objects, sort_keys=False)
+    write_text_or_stdout(text, to)
 
 
 def register(app: typer.Typer) -> None:

@@ -11,17 +11,10 @@ from pathlib import Path
 
 import typer
 
-from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_json
+from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_document
 from simulations.config import Backfill, KueueSlices, QueueOrder
 
 RUNTIME_HELP = "Runtime model: share of raw step time that is communication at the ideal placement."
-
-
-class PrintFormat(str, Enum):
-    """What `simulate` prints (its -o is the output directory, per DESIGN)."""
-
-    table = "table"
-    json = "json"
 
 
 def _settings(backfill: Backfill, queue: QueueOrder, comm_fraction: float, overlap: float, mtbf: float,
@@ -56,7 +49,6 @@ KueueSlicesOption = typer.Option(
 
 
 def simulate_command(
-    out_dir: Path = typer.Option(..., "-o", "--out", help="Output directory (summary.json, CSVs, PNGs)."),
     cluster: Path | None = typer.Option(None, "--cluster", help="NodeList / List file of the cluster."),
     preset: str | None = typer.Option(None, "--preset", help="Cluster preset instead of a file."),
     nodes: int = typer.Option(64, "--nodes", help="Nodes of the preset cluster."),
@@ -78,13 +70,19 @@ def simulate_command(
     max_comm_ratio: float | None = MaxCommRatioOption,
     workers: int | None = WorkersOption, dask: str | None = DaskOption,
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG plots."),
-    print_format: PrintFormat = typer.Option(PrintFormat.table, "--format", help="Printed output: table or json."),
+    output: OutputFormat = OutputOption,
+    out_dir: Path | None = typer.Option(None, "--out-dir", "--out",
+                                        help="Directory for summary.json, details.json, CSVs and PNGs "
+                                             "(nothing is written without it)."),
+    legacy_format: OutputFormat | None = typer.Option(None, "--format", hidden=True,
+                                                      help="Deprecated spelling of -o."),
 ) -> None:
     """Replay a trace on a modelled cluster under one or more policies; write summary.json, CSVs, plots."""
     from simulations import session
-    from simulations.report import write_outputs
+    from simulations.report import summary_document, write_outputs
     from simulations.runner import sweep_specs
 
+    output = legacy_format or output
     try:
         policies = session.check_policies(policy)
         spec = session.cluster_spec(cluster, preset, nodes, session.parse_links(link))
@@ -95,19 +93,23 @@ def simulate_command(
                                                           repair_hours, checkpoint_minutes, restart_minutes,
                                                           horizon_hours, kueue_slices, max_comm_ratio))
         specs = sweep_specs([spec], policies, list(dict.fromkeys(seed)), config)
-        show = print_format == PrintFormat.table and session.stdout_is_tty()
+        show = output == OutputFormat.table and session.stdout_is_tty()
         results, wall = session.execute(specs, workload, workers, dask, show)
         meta = {"cluster": spec.label(), "gpus": gpus, "workload": workload.source, "jobs": len(workload.jobs),
                 "duration_method": workload.method, "notes": workload.notes, "config": _describe(config)}
-        document = write_outputs(out_dir, results, wall, meta, plots=not no_plots)
+        if out_dir is None:
+            document = summary_document(results, wall)
+        else:
+            document = write_outputs(out_dir, results, wall, meta, plots=not no_plots)
     except (session.InputError, OSError) as exc:
         fail(str(exc))
-    if print_format == PrintFormat.json:
-        print_json(document)
+    if output != OutputFormat.table:
+        print_document(document, output)
         return
     console.print(session.summary_table(document, f"{len(workload.jobs)} jobs on {spec.label()} ({gpus} GPUs)"))
     console.print(f"{document['events']} events in {document['wall_seconds']:.2f} s "
-                  f"({document['events'] / max(document['wall_seconds'], 1e-9):,.0f} events/s); outputs in {out_dir}")
+                  f"({document['events'] / max(document['wall_seconds'], 1e-9):,.0f} events/s)"
+                  + (f"; outputs in {out_dir}" if out_dir is not None else ""))
 
 
 def _describe(config: object) -> dict:
@@ -127,7 +129,7 @@ def plan_command(
     backfill: Backfill = BackfillOption, queue: QueueOrder = QueueOption,
     node_mtbf_hours: float = MtbfOption,
     workers: int | None = WorkersOption, dask: str | None = DaskOption,
-    out: Path | None = typer.Option(None, "--out", help="Directory for plan.json and plots."),
+    out: Path | None = typer.Option(None, "--out-dir", "--out", help="Directory for plan.json and plots."),
     output: OutputFormat = OutputOption,
 ) -> None:
     """Compare candidate topologies on the same workload; print them ranked (cost, else mean JCT)."""
@@ -141,8 +143,8 @@ def plan_command(
                             workers, dask, out, show_progress=output == OutputFormat.table and session.stdout_is_tty())
     except (session.InputError, OSError) as exc:
         fail(str(exc))
-    if output == OutputFormat.json:
-        print_json(document)
+    if output != OutputFormat.table:
+        print_document(document, output)
         return
     console.print(session.plan_table(document["candidates"], document["ranked_by"]))
     if out is not None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_json
+from scheduler.cli.common import OutputFormat, OutputOption, ToOption, console, fail, print_document
 
 if TYPE_CHECKING:
     from rich.tree import Tree
@@ -107,10 +107,10 @@ def show(
 ) -> None:
     """Print the topology tree with free/total GPUs per domain, or the JSON document in DESIGN.md."""
     topo = load_topology(cluster, config, toleration)
-    if output == OutputFormat.json:
+    if output != OutputFormat.table:
         from topology.report import topology_json
 
-        print_json(topology_json(topo))
+        print_document(topology_json(topo), output)
         return
     show_hosts = hosts if hosts is not None else len(topo.nodes) <= HOSTS_SHOWN_BY_DEFAULT
     console.print(topology_tree(topo, show_hosts))
@@ -124,8 +124,9 @@ def show(
 
 def export(
     cluster: Path = ClusterOption,
-    fmt: ExportFormat = typer.Option(ExportFormat.graphml, "--format", help="graphml or dot."),
-    output: Path | None = typer.Option(None, "-o", "--output", help="File to write; stdout if omitted."),
+    fmt: ExportFormat = typer.Option(ExportFormat.graphml, "-o", "--output", "--format",
+                                     help="Printed graph format: graphml or dot."),
+    to: Path | None = ToOption,
     config: Path | None = ConfigOption,
     toleration: list[str] | None = TolerationOption,
     gpus: bool | None = typer.Option(None, "--gpus/--no-gpus", help="Include one vertex per GPU "
@@ -139,14 +140,14 @@ def export(
     try:
         if fmt == ExportFormat.dot:
             text = dot_text(topo, with_gpus)
-            if output is None:
+            if to is None:
                 sys.stdout.write(text)
             else:
-                output.write_text(text, encoding="utf-8")
+                to.write_text(text, encoding="utf-8")
         else:
-            write_graphml(topo, output if output is not None else sys.stdout.buffer, with_gpus)
+            write_graphml(topo, to if to is not None else sys.stdout.buffer, with_gpus)
     except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror or exc}")
+        fail(f"cannot write {to}: {exc.strerror or exc}")
 
 
 def register(app: typer.Typer) -> None:

@@ -99,7 +99,7 @@ def test_cli_render_round_trip_and_mismatch(tmp_path):
     placement_file.write_text(json.dumps(placement.to_json()))
     out = tmp_path / "rendered.yaml"
     result = runner.invoke(app, ["render", "--job", str(JOBS / "jobset.yaml"), "--placement", str(placement_file),
-                                 "-o", str(out)])
+                                 "--to", str(out)])
     assert result.exit_code == 0, result.output
     validate_rendered(yaml.safe_load(out.read_text()))
     assert placement_from_json(manifest, placement.to_json()).pod_nodes == placement.pod_nodes

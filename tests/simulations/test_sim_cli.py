@@ -24,7 +24,7 @@ def invoke(*args: str):
 
 def test_simulate_writes_the_design_summary(tmp_path):
     result = invoke("simulate", "--preset", "hgx-h100", "--nodes", "4", "--trace", TRACE, "--policy", "first-fit",
-                    "--policy", "kueue-tas", "-o", str(tmp_path / "out"), "--format", "json", "--no-plots")
+                    "--policy", "kueue-tas", "--out-dir", str(tmp_path / "out"), "-o", "json", "--no-plots")
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
     written = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -35,7 +35,7 @@ def test_simulate_writes_the_design_summary(tmp_path):
 
 def test_simulate_synthetic_table_output(tmp_path):
     result = invoke("simulate", "--preset", "gb200-nvl72", "--nodes", "36", "--synthetic", "40", "--policy",
-                    "first-fit", "--seed", "1", "--seed", "2", "-o", str(tmp_path / "syn"), "--no-plots")
+                    "first-fit", "--seed", "1", "--seed", "2", "--out-dir", str(tmp_path / "syn"), "--no-plots")
     assert result.exit_code == 0, result.output
     assert "events/s" in result.stdout
     assert (tmp_path / "syn" / "timeseries-first-fit-seed2.csv").exists()
@@ -56,7 +56,7 @@ def test_simulate_bad_input_exits_2_with_one_line(tmp_path, args, message):
     bad = tmp_path / "bad.csv"
     bad.write_text("id,when\n1,2\n")
     args = [str(bad) if a == "BAD" else a for a in args]
-    result = invoke("simulate", "--preset", "hgx-h100", "--nodes", "2", "-o", str(tmp_path / "o"), *args)
+    result = invoke("simulate", "--preset", "hgx-h100", "--nodes", "2", "--out-dir", str(tmp_path / "o"), *args)
     assert result.exit_code == 2
     assert message in result.stderr and result.stderr.count("\n") == 1
 
@@ -72,7 +72,7 @@ def test_plan_ranks_candidates_by_cost(tmp_path):
                                      "  spine: {oversubscription: 4}\nprice_per_gpu_hour: 2.0\n")
     gb200 = write_candidate(tmp_path, "gb200", "preset: gb200-nvl72\nnodes: 16\nprice_per_gpu_hour: 3.0\n")
     result = invoke("plan", "--candidate", oversubscribed, "--candidate", gb200, "--synthetic", "30",
-                    "--policy", "first-fit", "--out", str(tmp_path / "plan"), "-o", "json", "--workers", "1")
+                    "--policy", "first-fit", "--out-dir", str(tmp_path / "plan"), "-o", "json", "--workers", "1")
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["ranked_by"] == "cost_per_useful_gpu_hour"
@@ -114,7 +114,7 @@ def test_dask_sweep_matches_local_runs():
 
 def test_dask_unreachable_is_a_clean_error(tmp_path):
     pytest.importorskip("dask.distributed")
-    result = invoke("simulate", "--preset", "hgx-h100", "--nodes", "2", "--trace", TRACE, "-o", str(tmp_path / "d"),
+    result = invoke("simulate", "--preset", "hgx-h100", "--nodes", "2", "--trace", TRACE, "--out-dir", str(tmp_path / "d"),
                     "--dask", "tcp://127.0.0.1:9", "--no-plots")
     assert result.exit_code == 2
     assert "Dask scheduler" in result.stderr
@@ -122,9 +122,9 @@ def test_dask_unreachable_is_a_clean_error(tmp_path):
 
 def test_simulate_records_the_comm_limit_and_waits_for_aligned_layouts(tmp_path):
     args = ("simulate", "--preset", "gb200-nvl72", "--nodes", "36", "--synthetic", "60", "--policy", "first-fit",
-            "--max-tp", "16", "--format", "json", "--no-plots")
-    loose = invoke(*args, "-o", str(tmp_path / "loose"))
-    strict = invoke(*args, "--max-comm-ratio", "1.5", "-o", str(tmp_path / "strict"))
+            "--max-tp", "16", "-o", "json", "--no-plots")
+    loose = invoke(*args, "--out-dir", str(tmp_path / "loose"))
+    strict = invoke(*args, "--max-comm-ratio", "1.5", "--out-dir", str(tmp_path / "strict"))
     assert loose.exit_code == 0 and strict.exit_code == 0, strict.output
     details = json.loads((tmp_path / "strict" / "details.json").read_text())
     assert details["config"]["max_comm_ratio"] == 1.5

@@ -24,7 +24,7 @@ def invoke(*args: str):
 def generated(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("cli") / "cluster.json"
     result = invoke("cluster", "generate", "--preset", "gb200-nvl72", "--nodes", "40", "--seed", "3",
-                    "--used-fraction", "0.25", "--unhealthy", "2", "-o", str(path))
+                    "--used-fraction", "0.25", "--unhealthy", "2", "--to", str(path))
     assert result.exit_code == 0, result.output
     return path
 
@@ -77,7 +77,7 @@ def test_show_with_config_file(tmp_path):
 
 def test_export_graphml_and_dot(generated, tmp_path):
     graphml = tmp_path / "g.graphml"
-    assert invoke("topology", "export", "--cluster", str(generated), "--format", "graphml", "-o", str(graphml)).exit_code == 0
+    assert invoke("topology", "export", "--cluster", str(generated), "--format", "graphml", "--to", str(graphml)).exit_code == 0
     assert nx.read_graphml(graphml).number_of_nodes() > 40
     dot = invoke("topology", "export", "--cluster", str(generated), "--format", "dot")
     assert dot.exit_code == 0 and dot.stdout.startswith("digraph meshfit {")

@@ -7,6 +7,7 @@ predicted step-time ratio to the lower bound of placed gangs are recorded as the
 
 from __future__ import annotations
 
+import logging
 from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -21,6 +22,30 @@ from scheduler.state import ClusterState
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 RATIO_BUCKETS = (1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 
+log = logging.getLogger("meshfit.metrics")
+
+
+class SafeCollector(Collector):
+    """Wraps a collector so that a failure inside it drops its metrics for one scrape, never the scrape.
+
+    The exception is logged with its traceback and counted in `meshfit_scrape_errors_total{collector}`.
+    """
+
+    def __init__(self, inner: Collector, name: str, errors: Counter) -> None:
+        self.inner = inner
+        self.name = name
+        self.errors = errors
+
+    def collect(self) -> Iterator:
+        """The inner collector's metrics, or none when it raised."""
+        try:
+            metrics = list(self.inner.collect())
+        except Exception:  # noqa: BLE001 - a scrape must answer whatever one collector does
+            log.exception("metrics collector %s failed; its metrics are left out of this scrape", self.name)
+            self.errors.labels(self.name).inc()
+            return iter(())
+        return iter(metrics)
+
 
 class StateCollector(Collector):
     """Gauges read from `ClusterState` when Prometheus scrapes."""
@@ -33,7 +58,7 @@ class StateCollector(Collector):
         with self.state.lock:
             counts = self.state.ledger.counts()
             pending = sum(1 for key, members in self.state.gang_index.items()
-                          if key not in self.state.ledger.entries and any(not r.node for r in members))
+                          if key not in self.state.ledger.entries and any(not r.node for r in members.values()))
             topo = self.state.topology
             free_total = topo.gpus_free
             largest = {}
@@ -90,7 +115,15 @@ class ServiceMetrics:
         self.rank_table_failures = Counter("meshfit_rank_table_publish_failures",
                                            "Rank-table ConfigMap publishes that failed (retried later).",
                                            registry=self.registry)
-        self.registry.register(StateCollector(state))
+        self.scrape_errors = Counter("meshfit_scrape_errors", "Collectors that raised during a scrape (their "
+                                     "metrics were left out of it).", ["collector"], registry=self.registry)
+        self.register_collector(StateCollector(state), "state")
+
+    def register_collector(self, collector: Collector, name: str) -> Collector:
+        """Register `collector` behind a `SafeCollector`; returns the wrapper (to unregister it)."""
+        wrapped = SafeCollector(collector, name, self.scrape_errors)
+        self.registry.register(wrapped)
+        return wrapped
 
     def observe_placement(self, placement: Placement) -> None:
         """Count a placed gang and record its predicted step-time ratio."""
@@ -110,8 +143,7 @@ class ServiceMetrics:
     def track_gc_pauses(self) -> Callable[[], None]:
         """Export garbage-collection pauses (process-wide `gc.callbacks`); returns the function that stops it."""
         recorder = GcPauseRecorder(LATENCY_BUCKETS)
-        collector = GcPauseCollector(recorder)
-        self.registry.register(collector)
+        collector = self.register_collector(GcPauseCollector(recorder), "gc")
         uninstall = recorder.install()
 
         def stop() -> None:

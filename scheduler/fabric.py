@@ -2,7 +2,8 @@
 
 A fabric config is YAML: an ordered list of fabrics, each with `match` (label -> value that must
 all hold; the value `"*"` only requires the label to exist) and `env` (variables to set).  The
-first fabric that matches the node wins; a fabric with an empty `match` is the catch-all::
+first fabric that matches the node wins; a fabric with an empty `match` is the catch-all (unknown
+keys are refused with a did-you-mean hint; see docs/file-formats.md)::
 
     fabrics:
       - name: infiniband
@@ -22,7 +23,9 @@ from pathlib import Path
 from typing import Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
+
+from topology.strict import StrictModel, validation_message
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
@@ -31,10 +34,10 @@ class FabricConfigError(ValueError):
     """A fabric config file that cannot be read or does not follow the schema."""
 
 
-class Fabric(BaseModel):
+class Fabric(StrictModel):
     """One fabric: labels a node must carry, and the environment its processes get."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     name: str
     match: dict[str, str] = Field(default_factory=dict)
@@ -53,10 +56,10 @@ class Fabric(BaseModel):
         return all(key in labels and (want == "*" or labels[key] == want) for key, want in self.match.items())
 
 
-class FabricConfig(BaseModel):
+class FabricConfig(StrictModel):
     """An ordered list of fabrics; the first match decides a node's transport settings."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     fabrics: list[Fabric]
 
@@ -91,9 +94,7 @@ def load_fabric_config(path: str | Path) -> FabricConfig:
     try:
         return FabricConfig.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise FabricConfigError(f"fabric config {path}: {where}: {first['msg']}") from None
+        raise FabricConfigError(f"fabric config {path}: {validation_message(exc, FabricConfig, 'fabrics')}") from None
 
 
 def transport_env(labels: Mapping[str, str], config: FabricConfig | None = None) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """Capacity planner: compare candidate topologies on the same workload with the same policy.
 
-A candidate is a YAML file::
+A candidate is a YAML file (unknown keys, and link overrides naming no level or role of the
+candidate's cluster, are refused with a did-you-mean hint; see docs/file-formats.md)::
 
     name: hgx-4to1                     # optional (default: the file name)
     preset: hgx-h100                   # or  cluster: path/to/nodelist.json
@@ -20,36 +21,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from simulations.cluster import ClusterSpec
 from simulations.metrics import RunResult
+from topology.config import LinkOverride
+from topology.strict import StrictModel, validation_message
 
 
 class PlanError(ValueError):
     """A candidate file that cannot be used (one line)."""
 
 
-class LinkOverrideModel(BaseModel):
-    """Partial link properties (GB/s per GPU per direction, microseconds, ratio >= 1)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    bandwidth_gbps: float | None = Field(default=None, gt=0)
-    latency_us: float | None = Field(default=None, ge=0)
-    oversubscription: float | None = Field(default=None, ge=1.0)
-
-
-class Candidate(BaseModel):
+class Candidate(StrictModel):
     """One candidate topology."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str | None = None
     preset: str | None = None
     nodes: int = Field(default=0, ge=0)
     cluster: str | None = None
-    links: dict[str, LinkOverrideModel] = Field(default_factory=dict)
+    links: dict[str, LinkOverride] = Field(default_factory=dict)
     price_per_gpu_hour: float | None = Field(default=None, ge=0)
     seed: int = 0
 
@@ -83,9 +74,7 @@ def load_candidate(path: str | Path) -> tuple[Candidate, ClusterSpec]:
     try:
         candidate = Candidate.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "candidate"
-        raise PlanError(f"candidate {target}: {where}: {first.get('msg', 'invalid')}") from None
+        raise PlanError(f"candidate {target}: {validation_message(exc, Candidate, 'candidate')}") from None
     if candidate.cluster and not Path(candidate.cluster).is_absolute():
         candidate = candidate.model_copy(update={"cluster": str(target.parent / candidate.cluster)})
     return candidate, candidate.spec(target.stem)

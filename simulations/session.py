@@ -17,6 +17,11 @@ from simulations.config import SimConfig
 from simulations.metrics import SUMMARY_KEYS, RunResult
 from simulations.runner import RunSpec, SweepError, run_many
 from simulations.workload import DEFAULT_MAX_TP, Workload, infer_parallelism
+from topology.strict import did_you_mean, unknown_name_message
+
+
+LINK_FIELDS = ("bandwidth_gbps", "latency_us", "oversubscription")
+"""What `--link LEVEL.FIELD=VALUE` may set (the fields of `topology.config.LinkOverride`)."""
 
 
 class InputError(ValueError):
@@ -29,9 +34,10 @@ def parse_links(items: list[str]) -> dict[str, dict[str, float]]:
     for item in items:
         key, sep, value = item.partition("=")
         level, dot, field = key.strip().rpartition(".")
-        if not sep or not dot or field not in ("bandwidth_gbps", "latency_us", "oversubscription"):
-            raise InputError(f"--link expects LEVEL.FIELD=VALUE with FIELD one of bandwidth_gbps, latency_us, "
-                             f"oversubscription; got {item!r}")
+        if not sep or not dot or field not in LINK_FIELDS:
+            hint = did_you_mean(field, LINK_FIELDS) if sep and dot else ""
+            raise InputError(f"--link expects LEVEL.FIELD=VALUE with FIELD one of {', '.join(LINK_FIELDS)}; "
+                             f"got {item!r}{hint}")
         try:
             links.setdefault(level, {})[field] = float(value)
         except ValueError:
@@ -45,7 +51,7 @@ def check_policies(policies: list[str]) -> list[str]:
 
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
-        raise InputError(f"unknown policy {unknown[0]!r} (known: {', '.join(sorted(POLICIES))})")
+        raise InputError(unknown_name_message("policy", unknown[0], POLICIES))
     return list(dict.fromkeys(policies))
 
 

@@ -27,9 +27,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from topology.model import LinkTier, TopologyError
+from topology.strict import StrictModel, did_you_mean, unknown_name_message, validation_message
 
 ROLES = ("host", "nvlink", "leaf", "spine", "core", "cluster")
 """Every link role, innermost first."""
@@ -41,10 +42,10 @@ DEFAULT_PROFILE = "hgx-h100"
 """Profile used when nothing else says which hardware this is."""
 
 
-class LinkSpec(BaseModel):
+class LinkSpec(StrictModel):
     """Full link properties of one tier (GB/s per GPU per direction, microseconds, ratio >= 1)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     bandwidth_gbps: float = Field(gt=0)
     latency_us: float = Field(ge=0)
@@ -55,10 +56,8 @@ class LinkSpec(BaseModel):
         return LinkTier(self.bandwidth_gbps, self.latency_us, self.oversubscription)
 
 
-class LinkOverride(BaseModel):
+class LinkOverride(StrictModel):
     """Partial link properties from a config file; unset fields keep the profile's value."""
-
-    model_config = ConfigDict(extra="forbid")
 
     bandwidth_gbps: float | None = Field(default=None, gt=0)
     latency_us: float | None = Field(default=None, ge=0)
@@ -69,14 +68,19 @@ class LinkOverride(BaseModel):
         return base.model_copy(update=self.model_dump(exclude_none=True))
 
 
-class LevelOverride(BaseModel):
+class LevelOverride(StrictModel):
     """An explicit level from a config file: the node label, and optionally its name and role."""
-
-    model_config = ConfigDict(extra="forbid")
 
     label: str = Field(min_length=1)
     name: str | None = None
     role: str | None = None
+
+    @field_validator("role")
+    @classmethod
+    def _known_role(cls, role: str | None) -> str | None:
+        if role is not None and role not in ROLES:
+            raise ValueError(unknown_name_message("role", role, ROLES))
+        return role
 
 
 def _profile(host: tuple, nvlink: tuple, leaf: tuple, spine: tuple, core: tuple, cluster: tuple) -> dict[str, LinkSpec]:
@@ -107,10 +111,8 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 """GPU feature discovery label naming the GPU model, used to pick a profile."""
 
 
-class TopologyConfig(BaseModel):
+class TopologyConfig(StrictModel):
     """What a config file may set: link profile, per-level/role link overrides, GPU resources, levels."""
-
-    model_config = ConfigDict(extra="forbid")
 
     profile: str | None = None
     gpu_resources: list[str] = Field(default_factory=lambda: list(DEFAULT_GPU_RESOURCES), min_length=1)
@@ -121,8 +123,20 @@ class TopologyConfig(BaseModel):
     @classmethod
     def _known_profile(cls, profile: str | None) -> str | None:
         if profile is not None and profile not in LINK_PROFILES:
-            raise ValueError(f"unknown link profile {profile!r} (known: {', '.join(sorted(LINK_PROFILES))})")
+            raise ValueError(unknown_name_message("link profile", profile, LINK_PROFILES))
         return profile
+
+    def check_link_keys(self, level_names: list[str], level_roles: list[str]) -> None:
+        """TopologyError (with a did-you-mean hint) for a `links` key naming no level or role of this cluster."""
+        names = set(level_names) | {"host", "cluster"}
+        roles = set(level_roles) | {"host", "cluster"}
+        for key in self.links:
+            if key in names or key in roles:
+                continue
+            hint = did_you_mean(key, names | roles)
+            where = "a role this cluster has no level of" if key in ROLES else "no level or role of this cluster"
+            raise TopologyError(f"link override {key!r} names {where}{hint} (levels: {', '.join(level_names)}; "
+                                f"roles: {', '.join(sorted(roles))})")
 
     def link_for(self, profile: str, level_name: str, role: str) -> LinkTier:
         """Link tier of a level: the profile's value for its role, then the role override, then the name's."""
@@ -146,12 +160,6 @@ def detect_profile(node_labels: list[dict[str, str]], scheme: str) -> str:
     return _SCHEME_PROFILES.get(scheme, DEFAULT_PROFILE)
 
 
-def _format_validation_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first.get("loc", ())) or "config"
-    return f"{where}: {first.get('msg', 'invalid value')}"
-
-
 def parse_config(data: Any) -> TopologyConfig:
     """Validate a config mapping (already decoded); TopologyError with a one-line message if invalid."""
     if data is None:
@@ -161,7 +169,7 @@ def parse_config(data: Any) -> TopologyConfig:
     try:
         return TopologyConfig.model_validate(data)
     except ValidationError as exc:
-        raise TopologyError(f"invalid topology config: {_format_validation_error(exc)}") from None
+        raise TopologyError(f"invalid topology config: {validation_message(exc, TopologyConfig, 'config')}") from None
 
 
 def load_config(path: str | Path) -> TopologyConfig:

@@ -211,6 +211,7 @@ def topology_from_objects(
         warnings.append("no topology level above the host: every node is its own top-level domain"
                         if explicit else "no topology labels found: every node is its own top-level domain")
     profile = cfg.profile or detect_profile([rec.labels for rec in records], scheme)
+    cfg.check_link_keys([lv.name for lv in levels], [lv.role for lv in levels])
     specs = [LevelSpec(lv.name, lv.keys, cfg.link_for(profile, lv.name, lv.role), lv.role) for lv in levels]
     topo = build_topology(records, specs, cfg.link_for(profile, "host", "host"),
                           cfg.link_for(profile, "cluster", "cluster"), scheme)

@@ -120,7 +120,8 @@ def _describe(config: object) -> dict:
 
 def plan_command(
     candidate: list[Path] = typer.Option(..., "--candidate", help="Candidate topology YAML (repeatable)."),
-    workload_file: Path | None = typer.Option(None, "--workload", help="Trace to replay on every candidate."),
+    workload_file: Path | None = typer.Option(None, "--trace", "--workload",
+                                              help="Trace to replay on every candidate (as simulate's --trace)."),
     synthetic: int | None = typer.Option(None, "--synthetic", help="Or N synthetic jobs (load vs the smallest)."),
     load: float = LoadOption,
     arrival_scale: float = typer.Option(1.0, "--arrival-scale", help="Multiply submit times."),

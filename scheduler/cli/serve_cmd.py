@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from pathlib import Path
 from typing import Any, Optional
@@ -39,10 +40,16 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
 
     from scheduler.state import ClusterState
 
-    if kubeconfig is not None:
-        kubernetes.config.load_kube_config(config_file=str(kubeconfig))
-    else:
-        kubernetes.config.load_incluster_config()
+    try:
+        if kubeconfig is not None:
+            kubernetes.config.load_kube_config(config_file=str(kubeconfig))
+        else:
+            kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException as exc:
+        if kubeconfig is not None:
+            raise ValueError(f"--kubeconfig {kubeconfig}: {exc}") from None
+        raise ValueError("no cluster to serve: give --cluster FILE (embedded mode) or --kubeconfig FILE, or run "
+                         f"inside a pod (in-cluster config: {exc})") from None
     api_client = kubernetes.client.ApiClient()
     from scheduler.kube import run_cache
     from scheduler.kube.binder import KubeBinder
@@ -65,7 +72,26 @@ def _start_grpc(scheduler, port: int, host: str):
     except ImportError as exc:  # grpc stubs missing from a slim install
         typer.echo(f"warning: gRPC disabled ({exc})", err=True)
         return None
-    return serve_grpc(scheduler, f"{host}:{port}")
+    from scheduler.service.server import check_free
+
+    check_free(host, port, "gRPC")
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return serve_grpc(scheduler, address)
+
+
+def check_flags(port: int, grpc_port: int, reservation_ttl: float, cluster: Optional[Path],
+                kubeconfig: Optional[Path]) -> str:
+    """The one-line reason the flags cannot work together ("" when they can)."""
+    from scheduler.service.server import check_port
+
+    if cluster is not None and kubeconfig is not None:
+        return "use either --cluster (embedded mode) or --kubeconfig (real mode), not both"
+    if not math.isfinite(reservation_ttl) or reservation_ttl <= 0:
+        return f"--reservation-ttl must be a number of seconds > 0, got {reservation_ttl}"
+    reason = check_port("--port", port) or check_port("--grpc-port", grpc_port)
+    if not reason and port and port == grpc_port:
+        reason = f"--port and --grpc-port must differ, both are {port}"
+    return reason
 
 
 def register(app: typer.Typer) -> None:
@@ -84,42 +110,43 @@ def register(app: typer.Typer) -> None:
         toleration: list[str] = typer.Option([], "--toleration", help="Taint to tolerate (key[=value][:Effect])."),
     ) -> None:
         """Serve the kube-scheduler extender, Volcano extender, gRPC placement API and metrics."""
-        import uvicorn
-
         from scheduler.service.app import build_scheduler, create_app
         from scheduler.service.gcpolicy import GcPolicy
+        from scheduler.service.server import PortError, bind_http_socket, serve_http
 
-        if cluster is not None and kubeconfig is not None:
-            fail("use either --cluster (embedded mode) or --kubeconfig (real mode), not both")
-        if reservation_ttl <= 0:
-            fail(f"--reservation-ttl must be > 0, got {reservation_ttl}")
+        reason = check_flags(port, grpc_port, reservation_ttl, cluster, kubeconfig)
+        if reason:
+            fail(reason)
         try:
-            cfg = None
-            if config is not None:
-                from topology.config import load_config
-
-                cfg = load_config(config)
-            publisher = None  # embedded mode: rank tables in memory, at GET /ranktables/{namespace}/{job}
-            if cluster is not None:
-                state, binder = embedded_state(cluster, cfg, toleration, reservation_ttl)
-            else:
-                state, binder = real_state(kubeconfig, cfg, toleration, reservation_ttl, policy)
-                publisher = kube_rank_table_publisher(binder)
-            scheduler, metrics = build_scheduler(state, binder, policy, publisher)
-        except (ValueError, OSError, ImportError) as exc:
+            http_socket = bind_http_socket(host, port)  # first: a taken port fails before any work
+        except PortError as exc:
             fail(str(exc))
-        # The loaded cluster is long-lived: freeze it out of every later collection, and again after each
-        # rebuild / every few minutes (GcPolicy, driven by the sweeper; the reasoning is in gcpolicy.py).
-        gc_policy = GcPolicy(state)
-        gc_policy.freeze_now()
-        metrics.track_gc_pauses()  # meshfit_gc_pause_seconds{generation}
-        grpc_server = _start_grpc(scheduler, grpc_port, host) if grpc_port else None
-        ready = (lambda: True) if cluster is not None else (lambda: state.generation > 0)
+        grpc_server = None
         try:
-            # No access log and no X-Forwarded-* rewriting: kube-scheduler calls every verb for every pod,
-            # and neither is read by anything here.
-            uvicorn.run(create_app(scheduler, metrics, ready, gc_policy=gc_policy), host=host, port=port,
-                        log_level="warning", access_log=False, proxy_headers=False)
+            try:
+                cfg = None
+                if config is not None:
+                    from topology.config import load_config
+
+                    cfg = load_config(config)
+                publisher = None  # embedded mode: rank tables in memory, at GET /ranktables/{namespace}/{job}
+                if cluster is not None:
+                    state, binder = embedded_state(cluster, cfg, toleration, reservation_ttl)
+                else:
+                    state, binder = real_state(kubeconfig, cfg, toleration, reservation_ttl, policy)
+                    publisher = kube_rank_table_publisher(binder)
+                scheduler, metrics = build_scheduler(state, binder, policy, publisher)
+                grpc_server = _start_grpc(scheduler, grpc_port, host) if grpc_port else None
+            except (ValueError, OSError, ImportError) as exc:
+                fail(str(exc))
+            # The loaded cluster is long-lived: freeze it out of every later collection, and again after each
+            # rebuild / every few minutes (GcPolicy, driven by the sweeper; the reasoning is in gcpolicy.py).
+            gc_policy = GcPolicy(state)
+            gc_policy.freeze_now()
+            metrics.track_gc_pauses()  # meshfit_gc_pause_seconds{generation}
+            ready = (lambda: True) if cluster is not None else (lambda: state.generation > 0)
+            serve_http(create_app(scheduler, metrics, ready, gc_policy=gc_policy), http_socket)
         finally:
             if grpc_server is not None:
-                grpc_server.stop(grace=1)
+                grpc_server.stop(grace=5).wait(10)
+            http_socket.close()

@@ -114,13 +114,18 @@ class PlacementServicer(pb_grpc.PlacementServicer):
 
 def serve_grpc(scheduler: GangScheduler, address: str, workers: int = 4) -> grpc.Server:
     """Start the gRPC server (Placement + health) on `address` ("host:port", port 0 = any); returns it."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
+    # No SO_REUSEPORT (gRPC's default is on): a second server on a taken port must fail, not split the clients.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=[("grpc.so_reuseport", 0)])
     pb_grpc.add_PlacementServicer_to_server(PlacementServicer(scheduler), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_insecure_port(address)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:  # newer grpcio raises where older ones returned 0
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen for gRPC on {address}")
+        server.stop(None)
+        raise OSError(f"cannot listen for gRPC on {address} (port in use, or address not available)")
     server.bound_port = port
     server.start()
     for name in ("", SERVICE_NAME):

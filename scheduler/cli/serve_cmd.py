@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import signal
 import threading
 from pathlib import Path
 from typing import Any, Optional
@@ -10,6 +12,8 @@ from typing import Any, Optional
 import typer
 
 from scheduler.cli.common import fail
+
+log = logging.getLogger("meshfit.serve")
 
 
 def split_objects(objects: list[dict]) -> tuple[list[dict], list[dict], list[dict]]:
@@ -70,7 +74,7 @@ def _start_grpc(scheduler, port: int, host: str):
     try:
         from scheduler.service.grpc_service import serve_grpc
     except ImportError as exc:  # grpc stubs missing from a slim install
-        typer.echo(f"warning: gRPC disabled ({exc})", err=True)
+        log.warning("gRPC disabled: %s", exc)
         return None
     from scheduler.service.server import check_free
 
@@ -94,6 +98,25 @@ def check_flags(port: int, grpc_port: int, reservation_ttl: float, cluster: Opti
     return reason
 
 
+def log_started(mode: str, host: str, http_port: int, grpc_server: Any, state: Any, policy: str) -> None:
+    """The start-up line: mode, address, ports, nodes and GPUs known now, policy."""
+    with state.lock:
+        topo = state.topology
+        nodes, gpus = len(topo.nodes), topo.gpus_total
+    grpc_port = grpc_server.bound_port if grpc_server is not None else 0
+    synced = "" if mode == "embedded" else " (cluster cache still syncing: nodes appear as the list arrives)"
+    log.info("meshfit serving %s mode on %s, HTTP port %d, gRPC port %s: %d nodes, %d GPUs, policy %s%s",
+             mode, host, http_port, grpc_port or "off", nodes, gpus, policy, synced,
+             extra={"mode": mode, "address": host, "http_port": http_port, "grpc_port": grpc_port,
+                    "nodes": nodes, "gpus": gpus, "policy": policy})
+
+
+def log_stopped(stop_signal: int | None) -> None:
+    """The shutdown line."""
+    cause = signal.Signals(stop_signal).name if stop_signal else "server exit"
+    log.info("meshfit stopped (%s): requests drained, gRPC stopped", cause, extra={"signal": cause})
+
+
 def register(app: typer.Typer) -> None:
     """Add `meshfit serve` to the CLI."""
 
@@ -108,15 +131,23 @@ def register(app: typer.Typer) -> None:
         reservation_ttl: float = typer.Option(120.0, "--reservation-ttl", help="Seconds a gang reservation lives."),
         config: Optional[Path] = typer.Option(None, "--config", help="Topology config file (levels, links)."),
         toleration: list[str] = typer.Option([], "--toleration", help="Taint to tolerate (key[=value][:Effect])."),
+        log_format: str = typer.Option("text", "--log-format", help="Log lines as text or json (one object a line)."),
+        log_level: str = typer.Option("info", "--log-level", help="debug, info, warning, error or critical "
+                                                                   "(debug adds one line per request)."),
     ) -> None:
         """Serve the kube-scheduler extender, Volcano extender, gRPC placement API and metrics."""
         from scheduler.service.app import build_scheduler, create_app
         from scheduler.service.gcpolicy import GcPolicy
+        from scheduler.service.logs import configure_logging
         from scheduler.service.server import PortError, bind_http_socket, serve_http
 
         reason = check_flags(port, grpc_port, reservation_ttl, cluster, kubeconfig)
         if reason:
             fail(reason)
+        try:
+            configure_logging(log_format, log_level.lower())
+        except ValueError as exc:
+            fail(str(exc))
         try:
             http_socket = bind_http_socket(host, port)  # first: a taken port fails before any work
         except PortError as exc:
@@ -145,8 +176,12 @@ def register(app: typer.Typer) -> None:
             gc_policy.freeze_now()
             metrics.track_gc_pauses()  # meshfit_gc_pause_seconds{generation}
             ready = (lambda: True) if cluster is not None else (lambda: state.generation > 0)
-            serve_http(create_app(scheduler, metrics, ready, gc_policy=gc_policy), http_socket)
+            app = create_app(scheduler, metrics, ready, gc_policy=gc_policy)
+            log_started("embedded" if cluster is not None else "kubernetes", host, http_socket.getsockname()[1],
+                        grpc_server, state, policy)
+            server = serve_http(app, http_socket)
         finally:
             if grpc_server is not None:
                 grpc_server.stop(grace=5).wait(10)
             http_socket.close()
+        log_stopped(server.stop_signal())

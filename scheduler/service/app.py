@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import Awaitable, Callable
 
@@ -33,6 +34,7 @@ RANK_TABLE_READ_WAIT_SECONDS = 2.0
 SHUTDOWN_PUBLISH_SECONDS = 10.0
 """How long shutting down waits for queued rank-table publishes."""
 Handler = Callable[[GangScheduler, bytes], tuple[int, bytes]]
+log = logging.getLogger("meshfit.http")
 
 
 def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit",
@@ -56,6 +58,12 @@ VerbCall = Callable[[bytes], Awaitable[tuple[int, bytes]]]
 """One protocol verb: request body -> (HTTP status, JSON reply), timed into the verb's latency histogram."""
 
 
+def log_request(method: str, target: str, status: int, seconds: float) -> None:
+    """One request line at debug: method, verb or path, status, duration."""
+    log.debug("%s %s %d %.2f ms", method, target, status, seconds * 1000.0,
+              extra={"method": method, "verb": target, "status": status, "duration_ms": round(seconds * 1000.0, 3)})
+
+
 def _verb_call(verb: str, handler: Handler, scheduler: GangScheduler, metrics: ServiceMetrics,
                threaded: bool = False) -> VerbCall:
     histogram = metrics.latency.labels(verb)
@@ -66,7 +74,10 @@ def _verb_call(verb: str, handler: Handler, scheduler: GangScheduler, metrics: S
             status, payload = await run_in_threadpool(handler, scheduler, body)
         else:
             status, payload = handler(scheduler, body)
-        histogram.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        histogram.observe(elapsed)
+        if log.isEnabledFor(logging.DEBUG):
+            log_request("POST", verb, status, elapsed)
         return status, payload
 
     return call
@@ -106,7 +117,10 @@ class FastVerbs:
     async def __call__(self, scope, receive, send) -> None:
         call = self.calls.get(scope.get("path", "")) if scope["type"] == "http" and scope["method"] == "POST" else None
         if call is None:
-            await self.app(scope, receive, send)
+            if scope["type"] == "http" and log.isEnabledFor(logging.DEBUG):
+                await self._logged(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
             return
         chunks = []
         while True:
@@ -120,6 +134,20 @@ class FastVerbs:
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", JSON_BYTES), (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
+
+    async def _logged(self, scope, receive, send) -> None:
+        """The Starlette app, with a debug line per request (only while debug logging is on)."""
+        started, status = time.perf_counter(), [0]
+
+        async def sending(message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            log_request(scope["method"], scope.get("path", ""), status[0], time.perf_counter() - started)
 
 
 def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[], bool],
@@ -170,7 +198,7 @@ def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callabl
         async def sweeper() -> None:
             while True:
                 await asyncio.sleep(sweep_seconds)
-                scheduler.sweep()
+                await run_in_threadpool(scheduler.tick)  # expiries, rollbacks, requeues, the gang queue
                 if scheduler.rank_tables.due():
                     await run_in_threadpool(scheduler.publish_due)  # retries failed publishes (API I/O)
                 if gc_policy is not None:

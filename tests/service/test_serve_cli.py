@@ -55,6 +55,8 @@ def test_no_cluster_and_no_in_cluster_config_is_one_line():
 
 
 @pytest.mark.parametrize("flags, fragment", [
+    (["--log-format", "xml"], "--log-format"),
+    (["--log-level", "loud"], "--log-level"),
     (["--port", "-1"], "--port"),
     (["--port", "65536"], "--port"),
     (["--grpc-port", "-5"], "--grpc-port"),
@@ -100,7 +102,7 @@ def test_sigterm_drains_stops_grpc_and_exits_zero(tmp_path):
     http_port, grpc_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     process = subprocess.Popen([*MESHFIT, "serve", "--cluster", str(cluster_file(tmp_path)), "--host", "127.0.0.1",
-                                "--port", str(http_port), "--grpc-port", str(grpc_port)],
+                                "--port", str(http_port), "--grpc-port", str(grpc_port), "--log-format", "json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         wait_healthy(http_port, process)
@@ -113,6 +115,12 @@ def test_sigterm_drains_stops_grpc_and_exits_zero(tmp_path):
             process.kill()
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr
+    lines = [json.loads(line) for line in stderr.splitlines()]  # --log-format json: every line is an object
+    started = next(line for line in lines if line["message"].startswith("meshfit serving"))
+    assert started["logger"] == "meshfit.serve" and started["level"] == "INFO" and "time" in started
+    assert (started["mode"], started["nodes"], started["gpus"]) == ("embedded", 8, 64)
+    assert (started["http_port"], started["grpc_port"], started["policy"]) == (http_port, grpc_port, "meshfit")
+    assert any(line["message"].startswith("meshfit stopped") and line["signal"] == "SIGTERM" for line in lines)
     for port in (http_port, grpc_port):  # both released (SO_REUSEADDR: a live listener would still refuse)
         with socket.socket() as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -1,4 +1,4 @@
-"""EASY backfill reservations, counted in the head job's pod slots per node.
+"""EASY backfill reservations, counted in the head job's pod slots per node (simulator and service alike).
 
 When the queue head cannot start, it gets a reservation: the earliest time (the *shadow time*) at
 which enough nodes will have room for its pods, assuming running jobs end when predicted, and the

@@ -2,10 +2,16 @@
 
 A reservation holds every not-yet-bound pod slot of a gang on its node *inside the topology*
 (key `resv:<ns>/<gang>/<index>`), so "free capacity minus all reservations" is simply the
-topology's free count and any placement made against it can never over-commit.  When a pod
-binds, its slot converts from reserved to bound (the pod's own holding, kept by
-`scheduler.state.ClusterState`, replaces the reservation's in the same critical section).  A TTL
-releases the reserved slots of a gang that does not finish binding; unreserve is idempotent.
+topology's free count and any placement made against it can never over-commit.  A slot goes
+reserved -> binding (the Binding call is in flight; nothing may free it) -> bound (the pod's own
+holding, kept by `scheduler.state.ClusterState`, replaces the reservation's in the same critical
+section); a failed bind puts it back to reserved.  Unreserve is idempotent.
+
+The gang guarantee lives here: a TTL (refreshed whenever a member makes progress) releases only
+gangs with *no* member bound or binding.  Once one member is bound, every other slot stays held
+while the gang exists -- a deleted member's slot is kept for its replacement, on the same node --
+and the gang is either completed or rolled back whole by `GangScheduler` (see
+`scheduler.service.gang_lifecycle`), never left partly bound by a timer.
 
 Once a member binds, its `meshfit.io/*` annotations fix what every later member must agree with:
 the rendezvous address (pod 0's node) and the rank order.  The entry keeps that as `given`
@@ -31,6 +37,7 @@ from topology.model import ClusterTopology, TopologyError
 DEFAULT_TTL_SECONDS = 120.0
 
 SLOT_RESERVED = "reserved"
+SLOT_BINDING = "binding"
 SLOT_BOUND = "bound"
 SLOT_RELEASED = "released"
 
@@ -102,6 +109,8 @@ class Reservation:
     """The rendezvous the first bound member was given (see the module docstring)."""
     given_conflict: str = ""
     """Why bound members were given rendezvous that disagree ("" when they agree)."""
+    bound_since: float | None = None
+    """When the first member was bound (None while none is): completion deadlines count from here."""
 
     @property
     def gang_key(self) -> str:
@@ -119,8 +128,16 @@ class Reservation:
         return STATUS_PARTIAL
 
     def reserved_slots(self) -> list[Slot]:
-        """Slots still held by the reservation (not bound, not released)."""
-        return [s for s in self.slots.values() if s.state == SLOT_RESERVED]
+        """Slots still held by the reservation (not bound, not released; binding ones included)."""
+        return [s for s in self.slots.values() if s.state in (SLOT_RESERVED, SLOT_BINDING)]
+
+    def has_bound(self) -> bool:
+        """True while some member is bound or being bound (the gang can no longer just expire)."""
+        return any(s.state in (SLOT_BOUND, SLOT_BINDING) for s in self.slots.values())
+
+    def bound_count(self) -> int:
+        """Members bound so far."""
+        return sum(1 for s in self.slots.values() if s.state == SLOT_BOUND)
 
     def missing_indices(self) -> list[int]:
         """Pod indices that hold nothing: never reserved, or released."""
@@ -146,7 +163,7 @@ class Reservation:
             if slot.state != SLOT_RELEASED:
                 pods[slot.pod or self.gang.pods[index].name] = slot.node
         return {"gang": self.gang_key, "status": self.status, "pods": pods,
-                "expires_at": self.expires_at if self.status != STATUS_BOUND else None}
+                "expires_at": None if self.has_bound() else self.expires_at}
 
 
 class ReservationLedger:
@@ -192,6 +209,23 @@ class ReservationLedger:
         self.entries[gang.key] = entry
         return entry
 
+    def mark_binding(self, gang_key: str, index: int, pod: str) -> bool:
+        """Slot `index` is being bound by `pod` (Binding in flight): no expiry or move may free it."""
+        entry = self.entries.get(gang_key)
+        slot = entry.slots.get(index) if entry is not None else None
+        if slot is None or slot.state != SLOT_RESERVED:
+            return False
+        slot.state, slot.pod = SLOT_BINDING, pod
+        return True
+
+    def unmark_binding(self, gang_key: str, index: int) -> None:
+        """The Binding failed: the slot is plainly reserved again (still held)."""
+        entry = self.entries.get(gang_key)
+        slot = entry.slots.get(index) if entry is not None else None
+        if slot is not None and slot.state == SLOT_BINDING:
+            slot.state = SLOT_RESERVED
+            self.touch(gang_key)
+
     def mark_bound(self, gang_key: str, index: int, pod: str, node: str) -> bool:
         """Convert slot `index` from reserved to bound by `pod` on `node`; False if no such reservation."""
         entry = self.entries.get(gang_key)
@@ -202,7 +236,16 @@ class ReservationLedger:
             return False
         self.topo.remove_pod(reservation_key(gang_key, index))
         slot.state, slot.pod, slot.node = SLOT_BOUND, pod, node
+        if entry.bound_since is None:
+            entry.bound_since = self.clock()
         return True
+
+    def touch(self, gang_key: str) -> None:
+        """A member made progress (filtered onto its slot, bound): push the gang's TTL back."""
+        entry = self.entries.get(gang_key)
+        if entry is not None and entry.expires_at is not None:
+            entry.expires_at = self.clock() + self.ttl_seconds
+            self._next_expiry = min(self._next_expiry, entry.expires_at)
 
     def note_given(self, gang_key: str, given: GivenRendezvous | None) -> None:
         """Remember the rendezvous a bound member was given; a disagreeing one is kept as `given_conflict`."""
@@ -222,7 +265,7 @@ class ReservationLedger:
             entry.slots[index].pod = pod
 
     def release_slot(self, gang_key: str, index: int) -> bool:
-        """A member pod was deleted or failed: release its share; drop the entry once nothing is held."""
+        """Release slot `index` outright (its pod finished); drop the entry once nothing is held."""
         entry = self.entries.get(gang_key)
         if entry is None or index not in entry.slots:
             return False
@@ -231,6 +274,32 @@ class ReservationLedger:
         if all(s.state == SLOT_RELEASED for s in entry.slots.values()):
             del self.entries[gang_key]
         return True
+
+    def hold_for_replacement(self, gang_key: str, index: int) -> bool:
+        """A member pod was deleted: keep its slot held (same node when it still has room) for the pod its
+        controller recreates; released instead when nothing else of the gang is bound (it may just expire).
+        Returns True when the slot is held."""
+        entry = self.entries.get(gang_key)
+        slot = entry.slots.get(index) if entry is not None else None
+        if slot is None or slot.state == SLOT_RELEASED:
+            return False
+        others_bound = any(s.state in (SLOT_BOUND, SLOT_BINDING) for i, s in entry.slots.items() if i != index)
+        if slot.state == SLOT_BOUND:
+            slot.state = SLOT_RELEASED
+            node = self.topo.node_by_name.get(slot.node)
+            if others_bound and node is not None and node.gpus_free >= slot.gpus:
+                self.topo.add_pod(reservation_key(gang_key, index), slot.node, slot.gpus)
+                slot.state = SLOT_RESERVED
+        slot.pod = None
+        if all(s.state == SLOT_RELEASED for s in entry.slots.values()):
+            del self.entries[gang_key]
+            return False
+        if not entry.has_bound():  # nothing bound any more: the held slots live under a TTL again
+            entry.bound_since = None
+            if entry.expires_at is None:
+                entry.expires_at = self.clock() + self.ttl_seconds
+            self._next_expiry = min(self._next_expiry, entry.expires_at)
+        return slot.state != SLOT_RELEASED
 
     def unreserve(self, gang_key: str) -> bool:
         """Release every reserved slot and forget the entry (idempotent; bound pods keep their own holds)."""
@@ -242,52 +311,51 @@ class ReservationLedger:
         return True
 
     def expire(self, now: float | None = None) -> list[str]:
-        """Release the reserved slots of every gang past its TTL; returns the gang keys expired.
+        """Release every gang past its TTL that has no member bound or binding; returns the gang keys.
 
         Called on every filter and bind: it returns at once until the earliest deadline of any
-        reservation has passed (only `reserve` sets deadlines, and it lowers that bound), and only
-        then scans the entries, recomputing the bound from those still held.
+        reservation has passed (`reserve`, `touch` and `hold_for_replacement` set deadlines and keep
+        that bound low enough), and only then scans the entries, recomputing the bound.  A gang with a
+        bound member never expires here: it is completed or rolled back whole by the scheduler.
         """
         now = self.clock() if now is None else now
         if now < self._next_expiry:
             return []
         expired, next_expiry = [], math.inf
         for key, entry in list(self.entries.items()):
-            if entry.expires_at is None or not entry.reserved_slots():
+            if entry.expires_at is None or not entry.reserved_slots() or entry.has_bound():
                 continue
             if entry.expires_at > now:
                 next_expiry = min(next_expiry, entry.expires_at)
                 continue
             expired.append(key)
-            for slot in entry.reserved_slots():
-                self.topo.remove_pod(reservation_key(key, slot.index))
-                slot.state = SLOT_RELEASED
-            if not any(s.state == SLOT_BOUND for s in entry.slots.values()):
-                del self.entries[key]
+            self.unreserve(key)
         self._next_expiry = next_expiry
         self.expired_total += len(expired)
         return expired
 
     # ----- topology rebuilds and restarts --------------------------------------------------
     def attach(self, topo: ClusterTopology) -> list[str]:
-        """Re-hold every reserved slot in a rebuilt topology; gangs whose node vanished are unreserved."""
+        """Re-hold every reserved slot in a rebuilt topology; returns the gangs that lost a slot's node.
+
+        A gang with nothing bound is unreserved whole (placed afresh later); a gang with bound members
+        loses only the slots on vanished nodes (the scheduler re-places them next to the bound ones).
+        """
         self.topo = topo
         dropped = []
         for key, entry in list(self.entries.items()):
-            for slot in entry.reserved_slots():
-                if slot.node not in topo.node_by_name:
-                    dropped.append(key)
-                    break
-            else:
-                for slot in entry.reserved_slots():
-                    topo.add_pod(reservation_key(key, slot.index), slot.node, slot.gpus)
-        for key in dropped:
-            entry = self.entries[key]
-            for slot in entry.reserved_slots():
-                topo.remove_pod(reservation_key(key, slot.index))
-                slot.state = SLOT_RELEASED
-            if not any(s.state == SLOT_BOUND for s in entry.slots.values()):
+            lost = [slot for slot in entry.reserved_slots() if slot.node not in topo.node_by_name]
+            if lost:
+                dropped.append(key)
+            if lost and not entry.has_bound():
                 del self.entries[key]
+                continue
+            for slot in entry.reserved_slots():
+                if slot in lost:
+                    if slot.state == SLOT_RESERVED:
+                        slot.state = SLOT_RELEASED
+                else:
+                    topo.add_pod(reservation_key(key, slot.index), slot.node, slot.gpus)
         return dropped
 
     def record_bound(self, gang: Gang, index: int, pod: str, node: str) -> Reservation:
@@ -298,6 +366,8 @@ class ReservationLedger:
             self.entries[gang.key] = entry
         self.topo.remove_pod(reservation_key(gang.key, index))
         entry.slots[index] = Slot(index, node, gang.gpus_per_pod, SLOT_BOUND, pod)
+        if entry.bound_since is None:
+            entry.bound_since = self.clock()
         return entry
 
     # ----- queries ---------------------------------------------------------------------------

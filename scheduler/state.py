@@ -50,6 +50,10 @@ class PodRecord:
     """What identification depended on; an unchanged fingerprint skips identifying again."""
     given: GivenRendezvous | None = None
     """The rendezvous its `meshfit.io/*` bind annotations state (bound gang members only)."""
+    priority: int = 0
+    """`spec.priority` (filled in from the PriorityClass by admission)."""
+    nominated: str = ""
+    """`status.nominatedNodeName` (meshfit nominates a member's reserved node when it requeues it)."""
     cached_signature: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -68,6 +72,11 @@ def empty_topology() -> ClusterTopology:
     """A topology with no nodes (before the first list, or when no node has GPUs)."""
     link = LinkTier(1.0, 1.0)
     return ClusterTopology([Level(HOST_LEVEL, HOST_LABEL, link, HOST_LEVEL, (HOST_LABEL,))], [], [], link)
+
+
+def _int_or_zero(value: object) -> int:
+    """An integer field of a pod (priority), 0 when absent or malformed."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _meta(obj: dict) -> tuple[str, str]:
@@ -97,6 +106,8 @@ class ClusterState:
         """Gang key -> uid -> record of every known member (for consistency checks and preemption)."""
         self.generation = 0
         """Bumped on every topology rebuild."""
+        self.policy: str | None = None
+        """Placement policy for re-holding the missing members of partly bound gangs at a (re)list."""
 
     # ----- relist ------------------------------------------------------------------------------
     def replace_all(self, nodes: list[dict], pods: list[dict], objects: list[dict]) -> None:
@@ -188,9 +199,13 @@ class ClusterState:
         fingerprint = self._fingerprint(pod, uid)
         known = self.pods.get(uid)
         node = pod_holds_node(pod)
+        spec, status = pod.get("spec"), pod.get("status")
+        priority = _int_or_zero(spec.get("priority") if isinstance(spec, dict) else 0)
+        nominated = str((status.get("nominatedNodeName") if isinstance(status, dict) else "") or "")
         if known is not None and known.fingerprint == fingerprint:
             return PodRecord(uid, namespace, name, known.gpus, node, phase, known.member,
-                             known.member_error, fingerprint, known.given if node else None, known.cached_signature)
+                             known.member_error, fingerprint, known.given if node else None, priority, nominated,
+                             known.cached_signature)
         try:
             gpus = pod_gpu_request(pod, self.config.gpu_resources)
         except TopologyError:
@@ -202,7 +217,7 @@ class ClusterState:
             error = str(exc)
         given = given_from_annotations((pod.get("metadata") or {}).get("annotations"), name) \
             if node and member is not None else None
-        return PodRecord(uid, namespace, name, gpus, node, phase, member, error, fingerprint, given)
+        return PodRecord(uid, namespace, name, gpus, node, phase, member, error, fingerprint, given, priority, nominated)
 
     def _hold(self, topo: ClusterTopology, record: PodRecord) -> None:
         key = pod_holding_key(record.namespace, record.name)
@@ -257,7 +272,8 @@ class ClusterState:
         if record.phase in FINISHED_PHASES:
             self.ledger.release_slot(member.gang_key, member.index)
         elif record.node:
-            self.ledger.mark_bound(member.gang_key, member.index, record.name, record.node)
+            if not self.ledger.mark_bound(member.gang_key, member.index, record.name, record.node):
+                self.ledger.record_bound(gang_from_membership(member), member.index, record.name, record.node)
             self.ledger.note_given(member.gang_key, record.given)
         else:
             self.ledger.note_pod(member.gang_key, member.index, record.name)
@@ -266,10 +282,17 @@ class ClusterState:
         self._unindex(record)
         self.topology.remove_pod(pod_holding_key(record.namespace, record.name))
         if record.member is not None:
-            entry = self.ledger.get(record.member.gang_key)
+            key = record.member.gang_key
+            entry = self.ledger.get(key)
             slot = entry.slots.get(record.member.index) if entry else None
             if slot is not None and slot.pod in (None, record.name):
-                self.ledger.release_slot(record.member.gang_key, record.member.index)
+                if record.phase in FINISHED_PHASES:
+                    self.ledger.release_slot(key, record.member.index)
+                else:  # deleted (evicted, node lost...): the slot waits for the replacement pod
+                    self.ledger.hold_for_replacement(key, record.member.index)
+            if entry is not None and key not in self.gang_index and self.ledger.get(key) is entry \
+                    and not entry.has_bound():
+                self.ledger.unreserve(key)  # the whole gang is gone (job deleted): free what it held
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Forget a pod: its GPUs are released, and so is its gang slot."""
@@ -362,37 +385,11 @@ class ClusterState:
 
     # ----- restart ----------------------------------------------------------------------------
     def rebuild_from_bound_pods(self, policy: str | None = None) -> list[str]:
-        """Record gangs found (partly) bound so a restart never double-books; reserve their missing pods.
+        """Record gangs found (partly) bound so a restart never double-books; see `scheduler.restart`."""
+        from scheduler.restart import rebuild_gangs
 
-        The rendezvous the bound members were given (their `meshfit.io/*` annotations) is noted on
-        the entry, so the missing members are later reserved consistently with it (pod 0 on the
-        master address, the same rank order).  Returns the gang keys rebuilt.  With `policy`, the
-        missing members of partly bound gangs are reserved now; otherwise at their first filter.
-        """
-        from scheduler.reserve_ops import reserve_remaining
-
-        rebuilt: set[str] = set()
         with self.lock:
-            for record in self.pods.values():
-                member = record.member
-                if member is None or not record.node or record.phase in FINISHED_PHASES:
-                    continue
-                entry = self.ledger.get(member.gang_key)
-                slot = entry.slots.get(member.index) if entry else None
-                if slot is not None and slot.state == "bound":
-                    pass
-                elif entry is not None and entry.placement is not None and slot is not None:
-                    self.ledger.mark_bound(member.gang_key, member.index, record.name, record.node)
-                else:
-                    self.ledger.record_bound(gang_from_membership(member), member.index, record.name, record.node)
-                    rebuilt.add(member.gang_key)
-                self.ledger.note_given(member.gang_key, record.given)
-            if policy is not None:
-                for key in sorted(rebuilt):
-                    entry = self.ledger.get(key)
-                    if entry is not None and entry.missing_indices():
-                        reserve_remaining(self.ledger, entry, self.topology, policy)
-        return sorted(rebuilt)
+            return rebuild_gangs(self, policy if policy is not None else self.policy)
 
 
 def topology_from_objects(objects: list[dict], config: Any, tolerations: Iterable[Any]) -> ClusterTopology:

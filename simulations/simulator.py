@@ -34,7 +34,7 @@ from simulations.cluster import (
 from simulations.config import Backfill, QueueOrder, SimConfig
 from simulations.jobstate import DONE, QUEUED, REJECTED, RUNNING, RunJob
 from simulations.metrics import RunResult, details, job_row, summarize
-from simulations.reservation import Reservation, reserve
+from scheduler.backfill import Reservation, reserve
 from simulations.sampling import Sampler
 from simulations.workload import Workload, kueue_slice_rule, make_gang
 from topology.model import ClusterTopology

@@ -1,9 +1,12 @@
-"""`KubeBinder`: record a pod's rank assignment as annotations, then create its v1 Binding.
+"""`KubeBinder`: create a pod's v1 Binding carrying its rank assignment annotations, in one call.
 
-Order matters: the annotations are patched first (a JSON merge patch carrying the pod's uid as a
-precondition), so by the time the kubelet sees the pod on its node, `meshfit launch` can read the
-assignment through the downward API.  A 409 (already bound, or a different pod under the same
-name) or a 404 (the pod is gone) is a `BindConflict`; anything else is a `BindError`.
+The API server copies a Binding's `metadata.annotations` onto the pod in the same update that sets
+`spec.nodeName` (pkg/registry/core/pod/storage `setPodHostAndAnnotations`), so the assignment and
+the binding land together or not at all: a failed or timed-out POST leaves the pod exactly as it
+was (no half-annotated pod whose siblings then "disagree").  By the time the kubelet sees the pod
+on its node, `meshfit launch` can read the assignment through the downward API.  A 409 (already
+bound, or a different pod under the same name) or a 404 (the pod is gone) is a `BindConflict`;
+anything else is a `BindError`.
 """
 
 from __future__ import annotations
@@ -13,11 +16,20 @@ from typing import Any
 from scheduler.kube.api import ApiStatusError, request_bytes
 from scheduler.service.binding import BindConflict
 
-MERGE_PATCH = "application/merge-patch+json"
-
 
 class BindError(RuntimeError):
     """The API server refused or failed the binding for a reason other than a conflict."""
+
+
+def binding_body(namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> dict:
+    """The v1 Binding: target node, the pod's uid as precondition, the assignment as annotations."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if uid:
+        metadata["uid"] = uid
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
 
 
 class KubeBinder:
@@ -27,30 +39,15 @@ class KubeBinder:
         self.api_client = api_client
         self.timeout = timeout
 
-    def _call(self, what: str, namespace: str, name: str, method: str, path: str, body: dict,
-              content_type: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
+        """POST the Binding with the `meshfit.io/*` annotations; BindConflict on 409/404, BindError otherwise."""
         try:
-            request_bytes(self.api_client, method, path, body=body, content_type=content_type, timeout=self.timeout)
+            request_bytes(self.api_client, "POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
+                          body=binding_body(namespace, name, uid, node, annotations),
+                          content_type="application/json", timeout=self.timeout)
         except ApiStatusError as exc:
-            text = f"{what} of pod {namespace}/{name} failed: {exc.message or exc.reason} (HTTP {exc.status})"
+            text = (f"binding of pod {namespace}/{name} to node {node} failed: {exc.message or exc.reason} "
+                    f"(HTTP {exc.status})")
             if exc.status in (404, 409):
                 raise BindConflict(text) from None
             raise BindError(text) from None
-
-    def patch_annotations(self, namespace: str, name: str, uid: str, annotations: dict[str, str]) -> None:
-        """Merge `annotations` into the pod's metadata (uid as precondition when given)."""
-        metadata: dict[str, Any] = {"annotations": dict(annotations)}
-        if uid:
-            metadata["uid"] = uid
-        self._call("annotating", namespace, name, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}",
-                   {"metadata": metadata}, MERGE_PATCH)
-
-    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
-        """Patch the `meshfit.io/*` annotations, then POST the Binding; BindConflict on 409/404."""
-        if annotations:
-            self.patch_annotations(namespace, name, uid, annotations)
-        binding = {"apiVersion": "v1", "kind": "Binding",
-                   "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
-                   "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        self._call(f"binding to node {node}", namespace, name, "POST",
-                   f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding, "application/json")

@@ -4,6 +4,13 @@ Protocol handlers (kube-scheduler extender, Volcano extender, gRPC) only transla
 into calls on this class.  Decisions are made under `ClusterState.lock`; the only call made
 outside it is the binder's (an API round trip), during which the slot stays reserved.
 
+Gang members: the first member to arrive places its whole gang, on the nodes kube-scheduler offered
+it, and reserves it -- unless meshfit's queue says it must wait (`scheduler.service.gang_lifecycle`).
+Every member is then steered to its reserved node; a member whose reserved node kube-scheduler does
+not offer it is requeued with that node nominated (sampling) or, when it was already nominated and
+still not offered (the node fails kube-scheduler's own filters for it), moved to an offered node
+near its peers.  Bind marks the slot `binding` under the lock, so nothing can free it mid-call.
+
 Pods that are not in a gang: without GPUs they pass through untouched; a GPU pod gets every
 offered node that still has room once gang reservations are subtracted (kube-scheduler keeps its
 own choice among them and its preemption), and is assumed at bind so a concurrent gang placement
@@ -18,12 +25,16 @@ from typing import Any, Callable
 
 from scheduler.engine import place
 from scheduler.jobs import Gang, JobSpecError
-from scheduler.membership import describe_signature, gang_from_membership
+from scheduler.membership import describe_signature
+from scheduler.offered import offered_only
 from scheduler.placement import Placement
-from scheduler.reservations import Reservation
-from scheduler.reserve_ops import place_and_reserve, reserve_remaining, shortfall_reason
-from scheduler.reservations import STATUS_BOUND
+from scheduler.reservations import (
+    SLOT_BINDING, SLOT_BOUND, SLOT_RELEASED, SLOT_RESERVED, STATUS_BOUND, Reservation, reservation_key,
+)
+from scheduler.reserve_ops import place_and_reserve, reserve_remaining
+from scheduler.service.actions import ActionDispatcher, ClusterActions, MemoryActions
 from scheduler.service.binding import Binder, RankTablePublisher, bind_annotations
+from scheduler.service.gang_lifecycle import DEFAULT_COMPLETION_TIMEOUT, GangLifecycle
 from scheduler.service.ranktables import MemoryRankTables, RankTableTracker
 from scheduler.state import ClusterState, PodRecord
 from topology.model import TopologyError
@@ -57,31 +68,54 @@ class GangScheduler:
                  on_placed: Callable[[Placement], None] | None = None,
                  on_expired: Callable[[int], None] | None = None,
                  publisher: RankTablePublisher | None = None,
-                 on_publish_failed: Callable[[str, Exception], None] | None = None) -> None:
+                 on_publish_failed: Callable[[str, Exception], None] | None = None,
+                 actions: ClusterActions | None = None, synchronous_actions: bool = False,
+                 completion_timeout: float = DEFAULT_COMPLETION_TIMEOUT) -> None:
         self.state = state
         self.binder = binder
         self.policy = policy
+        state.policy = policy
         self.on_placed = on_placed
         self.on_expired = on_expired
         self.publisher = publisher if publisher is not None else MemoryRankTables()
         self.rank_tables = RankTableTracker(state, self.publisher, on_publish_failed)
+        self.actions = actions if actions is not None else MemoryActions()
+        self.dispatcher = ActionDispatcher(self.actions, synchronous=synchronous_actions)
+        self.lifecycle = GangLifecycle(state, self.dispatcher, policy, state.ledger.clock, completion_timeout)
 
     # ----- housekeeping ----------------------------------------------------------------------
     def sweep(self) -> list[str]:
-        """Release reservations past their TTL; returns the gang keys expired."""
+        """Release expired reservations (gangs with nothing bound); returns the gang keys expired."""
         with self.state.lock:
             expired = self.state.ledger.expire()
+            if expired:
+                self.lifecycle.expired(expired)
         if expired and self.on_expired is not None:
             self.on_expired(len(expired))
         return expired
+
+    def tick(self) -> None:
+        """The periodic pass (sweeper): expiries, then rollbacks, moves, requeues and the gang queue."""
+        self.sweep()
+        with self.state.lock:
+            before = set(self.state.ledger.entries)
+            self.lifecycle.tick()
+            reserved = set(self.state.ledger.entries) - before
+        for key in reserved:
+            self.rank_tables.mark_due(key)
+        if reserved:
+            self.rank_tables.publish_soon(sorted(reserved))
 
     def publish_due(self) -> int:
         """Publish every rank table still due (after failures); returns how many failed again."""
         return self.rank_tables.flush()
 
     # ----- filter ------------------------------------------------------------------------------
-    def filter(self, pod: dict, node_names: list[str]) -> FilterDecision:
-        """Which offered nodes the pod may use; a gang member gets only its reserved node."""
+    def filter(self, pod: dict, node_names: list[str], offered_is_complete: bool = True) -> FilterDecision:
+        """Which offered nodes the pod may use; a gang member gets only its reserved node.
+
+        `offered_is_complete`: `node_names` is every node kube-scheduler's own filters passed (its
+        extender protocol); False for Volcano's predicate, asked one node at a time."""
         self.sweep()
         record = self.state.observe_pending_pod(pod)
         if record.member_error:
@@ -90,7 +124,7 @@ class GangScheduler:
             if record.gpus == 0:
                 return FilterDecision(nodes=list(node_names))
             return self._filter_single(record, node_names)
-        return self._filter_gang(record, node_names)
+        return self._filter_gang(record, node_names, offered_is_complete)
 
     def _filter_single(self, record: PodRecord, node_names: list[str]) -> FilterDecision:
         decision = FilterDecision()
@@ -113,7 +147,7 @@ class GangScheduler:
             return (f"gang {record.member.gang_key}: pod {record.key} declares {describe_signature(mine)} "
                     f"but the gang was reserved as {describe_signature(entry.signature)}")
         for other in self.state.gang_members(record.member.gang_key):
-            if other.node:  # bound: its meshfit.io/* bind annotations state the resolved order, not the declared one
+            if other.node or other.given is not None:  # bound: its bind annotations state the resolved order
                 continue
             theirs = other.signature()
             if other.uid != record.uid and theirs != mine:
@@ -121,52 +155,96 @@ class GangScheduler:
                         f"{describe_signature(mine)}, {other.key} declares {describe_signature(theirs)}")
         return ""
 
-    def _reserve_for(self, record: PodRecord) -> tuple[Reservation | None, str]:
-        """The gang's reservation holding this pod's slot (placing the gang if needed), or a reason."""
+    def _reserve_for(self, record: PodRecord, offered: frozenset[str] | None) -> tuple[Reservation | None, str]:
+        """The gang's reservation holding this pod's slot (placing the gang if the queue lets it), or a reason."""
         member = record.member
         ledger, topo = self.state.ledger, self.state.topology
+        if member.gang_key in self.lifecycle.rolling_back:
+            return None, (f"gang {member.gang_key} is being rolled back; it is placed afresh once its evicted "
+                          f"members are gone")
         entry = ledger.get(member.gang_key)
         if entry is None:
-            names = {r.member.index: r.name for r in self.state.gang_members(member.gang_key)}
-            gang = gang_from_membership(member, names)
-            placement, entry = place_and_reserve(ledger, gang, topo, self.policy)
+            entry, reason = self.lifecycle.try_reserve(record, offered)
             if entry is None:
-                return None, shortfall_reason(gang, topo, placement)
+                return None, reason
             entry.signature = record.signature()
             self.rank_tables.mark_due(member.gang_key)
-            if self.on_placed is not None:
-                self.on_placed(placement)
+            if self.on_placed is not None and entry.placement is not None:
+                self.on_placed(entry.placement)
         elif entry.node_of(member.index) is None:
-            placement, reason = reserve_remaining(ledger, entry, topo, self.policy)
+            with offered_only(topo, offered):
+                placement, reason = reserve_remaining(ledger, entry, topo, self.policy)
             if placement is None:
                 return None, reason
             self.rank_tables.mark_due(member.gang_key)
         slot = entry.slots[member.index]
-        if slot.state == "bound" and slot.pod not in (None, record.name):
+        if slot.state in (SLOT_BOUND, SLOT_BINDING) and slot.pod not in (None, record.name):
             return None, f"slot {member.index} of gang {member.gang_key} is already bound to pod {slot.pod}"
         ledger.note_pod(member.gang_key, member.index, record.name)
         return entry, ""
 
-    def _filter_gang(self, record: PodRecord, node_names: list[str]) -> FilterDecision:
+    def _move_to_offered(self, record: PodRecord, entry: Reservation, offered: frozenset[str]) -> str:
+        """Move a reserved (unbound) slot to an offered node near its peers; "" when moved, else why not."""
+
+        index, key, topo = record.member.index, record.member.gang_key, self.state.topology
+        slot = entry.slots[index]
+        old = slot.node
+        topo.remove_pod(reservation_key(key, index))
+        slot.state = SLOT_RELEASED
+        with offered_only(topo, offered):
+            placement, reason = reserve_remaining(self.state.ledger, entry, topo, self.policy)
+        if placement is None:
+            topo.add_pod(reservation_key(key, index), old, slot.gpus)
+            slot.state = SLOT_RESERVED
+            return reason or "no offered node has room next to the gang"
+        self.rank_tables.mark_due(key)
+        self.lifecycle.log_moved(entry, record, old)
+        return ""
+
+    def _filter_gang(self, record: PodRecord, node_names: list[str], complete: bool) -> FilterDecision:
+        offered: frozenset[str] | None = None
         with self.state.lock:
+            self.lifecycle.arrived(record)
             entry = self.state.ledger.get(record.member.gang_key)
             error = self._check_consistent(record, entry)
             if error:
                 return FilterDecision(error=error)
             held_before = entry.node_of(record.member.index) if entry is not None else None
+            if complete and (held_before is None or held_before not in node_names):
+                offered = frozenset(node_names)
             try:
-                entry, reason = self._reserve_for(record)
+                entry, reason = self._reserve_for(record, offered)
             except (JobSpecError, TopologyError, ValueError) as exc:
                 return FilterDecision(error=f"gang {record.member.gang_key}: {exc}")
             node = entry.node_of(record.member.index) if entry is not None else None
+            if node is not None and node not in node_names:
+                node, reason = self._unoffered(record, entry, node, offered, len(node_names), complete)
+            if node is None:
+                self.lifecycle.turned_away_now(record, reason)
+            else:
+                self.state.ledger.touch(record.member.gang_key)
         if held_before is None and node is not None:  # this call reserved: publish (node null until bound),
             self.rank_tables.publish_soon([record.member.gang_key])  # in the background: filter runs on the loop
         if node is None:
             return FilterDecision(failed={name: reason for name in node_names})
-        if node in node_names:
-            return FilterDecision(nodes=[node])
-        reason = sampled_out_reason(record.member.gang_key, record.member.index, node, len(node_names))
-        return FilterDecision(failed={name: reason for name in node_names})
+        return FilterDecision(nodes=[node])
+
+    def _unoffered(self, record: PodRecord, entry: Reservation, node: str, offered: frozenset[str] | None,
+                   count: int, complete: bool) -> tuple[str | None, str]:
+        """The member's reserved node was not offered: (node to use, "") or (None, why it must retry)."""
+        slot = entry.slots[record.member.index]
+        if not complete:  # Volcano asks node by node: this is just not the reserved one
+            return None, f"pod {record.member.index} of gang {record.member.gang_key} is reserved on node {node}"
+        if slot.state != SLOT_RESERVED or record.nominated != node or not offered:
+            # not nominated there yet: most likely sampled out (percentageOfNodesToScore < 100); the requeue
+            # nominates the node, which kube-scheduler then tries first and alone
+            self.lifecycle.turned_away[record.uid] = self.lifecycle.clock()
+            return None, sampled_out_reason(record.member.gang_key, record.member.index, node, count)
+        reason = self._move_to_offered(record, entry, offered)
+        if reason:
+            return None, (f"pod {record.member.index} of gang {record.member.gang_key} is reserved on node {node}, "
+                          f"which kube-scheduler's own filters reject for it, and cannot move: {reason}")
+        return entry.node_of(record.member.index), ""
 
     # ----- prioritize --------------------------------------------------------------------------
     def prioritize(self, pod: dict, node_names: list[str]) -> list[tuple[str, int]]:
@@ -195,10 +273,14 @@ class GangScheduler:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind through the binder with the rank annotations; returns an error text ("" on success)."""
         self.sweep()
-        annotations, assumed, gang_key = {}, False, None
+        annotations, assumed, member = {}, False, None
         with self.state.lock:
             record = self.state.pod(namespace, name)
-            if record is not None and record.member is not None:
+            if record is None:
+                return (f"pod {namespace}/{name} is unknown to meshfit (never filtered by it); not binding it")
+            if uid and record.uid != uid:
+                return f"pod {namespace}/{name} has uid {record.uid}, not {uid}; not binding it"
+            if record.member is not None:
                 member = record.member
                 entry = self.state.ledger.get(member.gang_key)
                 held = entry.node_of(member.index) if entry is not None else None
@@ -207,21 +289,30 @@ class GangScheduler:
                             f"(expired or released); it will be filtered again")
                 if held != node:
                     return f"pod {namespace}/{name} of gang {member.gang_key} is reserved on {held}, not {node}"
-                annotations, gang_key = bind_annotations(entry, member.index), member.gang_key
-            elif record is not None and record.gpus > 0 and not record.node:
+                if not self.state.ledger.mark_binding(member.gang_key, member.index, name):
+                    return (f"pod {namespace}/{name} of gang {member.gang_key}: its slot is "
+                            f"{entry.slots[member.index].state} (by {entry.slots[member.index].pod}), not reserved")
+                self.lifecycle.arrived(record)
+                annotations = bind_annotations(entry, member.index)
+            elif record.gpus > 0 and not record.node:
                 error = self._assume_single(record, node)
                 if error:
                     return error
                 assumed = True
         try:
-            self.binder.bind(namespace, name, uid, node, annotations)
+            self.binder.bind(namespace, name, uid or record.uid, node, annotations)
         except Exception as exc:  # noqa: BLE001 - any binder failure is reported to kube-scheduler
-            if assumed:
-                self.state.unassume(namespace, name)
-            return f"binding {namespace}/{name} to {node} failed: {exc}"
+            error = f"binding {namespace}/{name} to {node} failed: {exc}"
+            with self.state.lock:
+                if member is not None:
+                    self.state.ledger.unmark_binding(member.gang_key, member.index)
+                    self.lifecycle.bind_failed(record, error)
+                if assumed:
+                    self.state.unassume(namespace, name)
+            return error
         self.state.record_binding(namespace, name, node, annotations)
-        if gang_key is not None:
-            self._publish_if_bound(gang_key)
+        if member is not None:
+            self._publish_if_bound(member.gang_key)
         return ""
 
     def _publish_if_bound(self, gang_key: str) -> None:
@@ -234,6 +325,7 @@ class GangScheduler:
             entry = self.state.ledger.get(gang_key)
             if entry is not None and entry.status == STATUS_BOUND:
                 self.rank_tables.mark_due(gang_key)
+                self.lifecycle.completed(entry)
         self.rank_tables.flush([gang_key])
 
     def _assume_single(self, record: PodRecord, node_name: str) -> str:

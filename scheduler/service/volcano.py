@@ -170,7 +170,7 @@ def predicate(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
     request = _decode(body, PredicateRequest)
     if request.task is None or not request.task.Pod or request.node is None:
         return 400, ENCODER.encode({"error": "malformed request body: task.Pod and node are required"})
-    decision = scheduler.filter(request.task.Pod, [request.node.Name])
+    decision = scheduler.filter(request.task.Pod, [request.node.Name], offered_is_complete=False)
     if decision.error:
         return _reply({"status": decision.error, "code": CODE_ERROR})
     if request.node.Name in decision.nodes:

@@ -250,7 +250,9 @@ class ApiServerDouble:
         return self.store.create(self.resource_for(obj), obj)
 
     def bind(self, namespace: str, name: str, body: dict) -> dict:
-        """The pods/binding subresource: set spec.nodeName once; 409 if already bound or the uid differs."""
+        """The pods/binding subresource: set spec.nodeName once, copying the Binding's annotations onto the pod
+        in the same update (as the API server's `setPodHostAndAnnotations` does); 409 if already bound or
+        the uid differs."""
         pods = self.resource_for({"apiVersion": "v1", "kind": "Pod"})
         target = (body.get("target") or {}).get("name")
         if not target:
@@ -263,5 +265,8 @@ class ApiServerDouble:
                                                 f'pod {name} is already assigned to node "{node}"')
             uid = (body.get("metadata") or {}).get("uid")
             meta = {"uid": uid} if uid else {}
+            annotations = (body.get("metadata") or {}).get("annotations")
+            if annotations:
+                meta["annotations"] = dict(annotations)
             self.store.update(pods, namespace, name, patch={"metadata": meta, "spec": {"nodeName": target}})
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}

@@ -19,15 +19,14 @@ def stored_pod(double, name: str = "p0") -> dict:
     return double.store.get(double.resource_for({"apiVersion": "v1", "kind": "Pod"}), "default", name)
 
 
-def test_bind_writes_the_annotations_first_then_the_binding(double, api_client):
+def test_bind_is_one_binding_carrying_the_annotations(double, api_client):
     created = double.create(make_pod("p0", annotations={"keep": "me"}))
     KubeBinder(api_client).bind("default", "p0", created["metadata"]["uid"], "n3", ASSIGNMENT)
     pod = stored_pod(double)
     assert pod["spec"]["nodeName"] == "n3"
     assert pod["metadata"]["annotations"] == {"keep": "me", **ASSIGNMENT}
     writes = [(verb, path) for verb, path, _ in double.requests if verb != "GET"]
-    assert writes == [("PATCH", "/api/v1/namespaces/default/pods/p0"),
-                      ("POST", "/api/v1/namespaces/default/pods/p0/binding")]
+    assert writes == [("POST", "/api/v1/namespaces/default/pods/p0/binding")]
 
 
 CONFLICT_CASES = [
@@ -55,8 +54,9 @@ def test_server_errors_are_bind_errors(double, api_client):
     double.create(make_pod("p0"))
     double.fail_next("POST", "/binding", 500)
     with pytest.raises(BindError, match="HTTP 500"):
-        KubeBinder(api_client).bind("default", "p0", "", "n0", {})
-    assert stored_pod(double)["spec"].get("nodeName") is None
+        KubeBinder(api_client).bind("default", "p0", "", "n0", ASSIGNMENT)
+    pod = stored_pod(double)  # nothing half-done: neither the node nor any assignment annotation
+    assert pod["spec"].get("nodeName") is None and not (pod["metadata"].get("annotations") or {})
 
 
 def rank_configmap(document: dict) -> dict:

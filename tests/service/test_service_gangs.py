@@ -128,26 +128,32 @@ def test_expired_reservation_is_released_and_the_gang_placed_again():
     assert service.state.topology.gpus_free == 32
 
 
-def test_partly_bound_gang_after_expiry_keeps_bound_pods_and_reserves_the_rest():
+def test_a_gang_with_a_bound_member_keeps_every_slot_past_the_ttl():
     service = make_service(ttl=30)
     first = gang_pod("train", 0, 4)
     service.bind(first, filter_nodes(service.filter(first))[0])
+    held = {i: service.state.ledger.get("default/train").node_of(i) for i in range(4)}
     service.clock.advance(31)
-    service.scheduler.sweep()
+    assert service.scheduler.sweep() == []
     [entry] = service.client.get("/reservations").json()
-    assert entry["status"] == "partial" and list(entry["pods"]) == ["train-0"]
-    assert service.state.topology.gpus_free == 56
-    assert filter_nodes(service.filter(gang_pod("train", 3, 4)))
-    assert service.state.topology.gpus_free == 32
+    assert entry["status"] == "reserved" and entry["expires_at"] is None
+    assert service.state.topology.gpus_free == 64 - 32
+    assert filter_nodes(service.filter(gang_pod("train", 3, 4))) == [held[3]]
+    assert service.state.topology.gpus_free == 64 - 32
 
 
-def test_deleted_member_releases_its_share():
+def test_a_deleted_member_keeps_its_slot_for_the_replacement_until_the_gang_is_gone():
     service = make_service()
-    pod = gang_pod("train", 0, 2)
-    service.filter(pod)
+    pods = [gang_pod("train", i, 2) for i in range(2)]
+    service.state.upsert_pod(pods[1])  # both members exist (the watch reports them)
+    node = filter_nodes(service.filter(pods[0]))[0]
     service.state.delete_pod("default", "train-0")
-    assert service.state.topology.gpus_free == 64 - 8
-    assert service.client.get("/reservations").json()[0]["status"] == "partial"
+    assert service.state.topology.gpus_free == 64 - 16  # the recreated pod 0 gets the same slot
+    assert filter_nodes(service.filter(gang_pod("train", 0, 2, uid="replacement"))) == [node]
+    service.state.delete_pod("default", "train-0")
+    assert service.state.topology.gpus_free == 64 - 16
+    service.state.delete_pod("default", "train-1")  # the last member gone: the job was deleted
+    assert service.state.topology.gpus_free == 64 and service.client.get("/reservations").json() == []
 
 
 def test_bind_to_another_node_than_reserved_is_refused():

@@ -69,11 +69,14 @@ def restarted(service: Service, nodes: list[dict] | None = None, extra: tuple[di
     return make_service(nodes, pods=[*bound, *extra], ttl=30)
 
 
-def after_expiry(service: Service) -> Service:
-    """The same service once the reservations of the unbound members expired."""
+def test_a_partly_bound_gang_keeps_pod_0s_slot_past_the_ttl():
+    service, master = bind_first_members()
     service.clock.advance(31)
-    assert service.scheduler.sweep() == ["default/train"]
-    return service
+    assert service.scheduler.sweep() == []
+    assert service.state.ledger.get("default/train").missing_indices() == []
+    given = bind_the_rest(service)
+    assert {parse_assignment(a).master_addr for a in given.values()} == {master}
+    service.state.topology.check_invariants()
 
 
 def bind_the_rest(service: Service, rank_order: str | None = None) -> dict[int, dict[str, str]]:
@@ -88,8 +91,7 @@ def bind_the_rest(service: Service, rank_order: str | None = None) -> dict[int, 
 
 @pytest.mark.parametrize("lose_reservation", [
     lambda service: restarted(service),
-    after_expiry,
-], ids=["restart", "ttl-expiry"])
+], ids=["restart"])
 def test_pod_0_goes_back_to_the_master_address_bound_members_were_given(lose_reservation):
     first, master = bind_first_members()
     service = lose_reservation(first)

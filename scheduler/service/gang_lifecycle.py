@@ -1,0 +1,306 @@
+"""What happens to a gang between its first member's filter and its last member's bind, and after.
+
+`GangLifecycle` is driven by `GangScheduler` (decisions under `ClusterState.lock`; cluster calls
+through an `ActionDispatcher`, off the lock):
+
+- **Queue** (`scheduler.gang_queue`): a gang that does not fit, or would delay the queue's head,
+  waits there.  `admit_waiting` re-evaluates the queue in order whenever capacity may have freed
+  (pods gone, nodes added or repaired, reservations released) and reserves what may start.
+- **Prompt members**: kube-scheduler 1.26 parks a pod that only an extender rejected for up to 5
+  minutes.  When a gang is reserved, every member meshfit turned away earlier is requeued at once
+  (`ClusterActions.requeue`: nominate the reserved node, touch an annotation); members of a reserved
+  gang not seen since are requeued again with exponential backoff (2 s doubling to 30 s).
+- **Completion or rollback** (the documented policy): a held slot whose node became unusable
+  (deleted, cordoned, NotReady) is moved next to the gang's other members; if it cannot be (pod 0's
+  rendezvous node is gone after others were told it), or if the gang is still not fully bound
+  `completion_timeout` seconds after its first bind (a member stuck or never recreated), the gang
+  is rolled back whole: its bound members are evicted (their controllers recreate them), every
+  slot is released, and the gang is placed afresh.  Each step is logged and recorded as a
+  Kubernetes Event on the gang's pods.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any, Callable
+
+from scheduler.engine import place
+from scheduler.gang_queue import GangQueue, WaitingGang, delays_head
+from scheduler.membership import gang_from_membership
+from scheduler.offered import offered_only
+from scheduler.placement import Placement
+from scheduler.reservations import SLOT_RELEASED, SLOT_RESERVED, Reservation, reservation_key
+from scheduler.reserve_ops import reserve_remaining
+from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, ActionDispatcher, PodRef
+from scheduler.state import ClusterState, PodRecord
+
+log = logging.getLogger("meshfit.gang")
+
+REQUEUE_FIRST_SECONDS = 2.0
+REQUEUE_MAX_SECONDS = 30.0
+DEFAULT_COMPLETION_TIMEOUT = 300.0
+QUEUE_PASS_DEPTH = 64
+"""At most this many waiting gangs are tried per queue pass (the simulator's backfill depth idea)."""
+
+
+def usage_of(placement: Placement, topo: Any) -> dict[int, int]:
+    """Node index -> GPUs a placement would hold."""
+    g = placement.gang.gpus_per_pod
+    return {topo.node_by_name[name].index: pods * g for name, pods in Counter(placement.pod_nodes).items()}
+
+
+class GangLifecycle:
+    """Queue, requeues, completion and rollback of gangs; see the module docstring."""
+
+    def __init__(self, state: ClusterState, dispatcher: ActionDispatcher, policy: str,
+                 clock: Callable[[], float], completion_timeout: float = DEFAULT_COMPLETION_TIMEOUT) -> None:
+        self.state, self.dispatcher, self.policy, self.clock = state, dispatcher, policy, clock
+        self.completion_timeout = completion_timeout
+        self.queue = GangQueue()
+        self.seen: dict[str, float] = {}
+        """Pod uid -> last time it reached filter or bind."""
+        self.turned_away: dict[str, float] = {}
+        """Pod uid -> when meshfit last refused it (it may be parked by kube-scheduler)."""
+        self.requeued: dict[str, tuple[float, int]] = {}
+        """Pod uid -> (last requeue time, requeues so far)."""
+        self.told: dict[str, str] = {}
+        """Pod uid -> the last waiting reason recorded as an Event (one Event per change, not per retry)."""
+        self.rolling_back: dict[str, set[str]] = {}
+        """Gang key -> uids of evicted members still present; the gang is not placed until they are gone."""
+        self._last_capacity: tuple = ()
+        self._last_pass = 0.0
+        self.counters = Counter()
+
+    # ----- members ----------------------------------------------------------------------------
+    def pod_ref(self, record: PodRecord) -> PodRef:
+        """The `PodRef` of a record."""
+        return PodRef(record.namespace, record.name, record.uid)
+
+    def arrived(self, record: PodRecord) -> None:
+        """A member reached filter or bind (so kube-scheduler is not sitting on it)."""
+        self.seen[record.uid] = self.clock()
+        self.queue.arrival(record.member.gang_key, self.clock())
+
+    def turned_away_now(self, record: PodRecord, reason: str) -> None:
+        """meshfit refused a member: remember it (to requeue it promptly later) and tell it once per reason."""
+        self.turned_away[record.uid] = self.clock()
+        if self.told.get(record.uid) != reason:
+            self.told[record.uid] = reason
+            self.dispatcher.event(self.pod_ref(record), "GangWaiting", reason, EVENT_NORMAL)
+
+    def members(self, gang_key: str) -> list[PodRecord]:
+        """Known members of a gang (call under the lock)."""
+        return list(self.state.gang_index.get(gang_key, {}).values())
+
+    def _requeue(self, record: PodRecord, node: str | None) -> None:
+        last, count = self.requeued.get(record.uid, (0.0, 0))
+        self.requeued[record.uid] = (self.clock(), count + 1)
+        self.counters["requeues"] += 1
+        self.dispatcher.requeue(self.pod_ref(record), node)
+
+    # ----- decisions ------------------------------------------------------------------------------
+    def reserved(self, entry: Reservation, by: PodRecord | None, how: str) -> None:
+        """A gang was reserved: log, tell its pods, and requeue the members kube-scheduler may be parking."""
+        self.queue.admitted(entry.gang_key)
+        cost = entry.placement.cost if entry.placement is not None else None
+        nodes = sorted({s.node for s in entry.slots.values() if s.state != SLOT_RELEASED})
+        message = (f"gang {entry.gang_key}: {len(entry.gang.pods)} pods x {entry.gang.gpus_per_pod} GPUs reserved "
+                   f"on {len(nodes)} node(s) ({how})"
+                   + (f", predicted step communication {cost.step_comm_seconds:.4g} s" if cost else ""))
+        log.info(message, extra={"gang": entry.gang_key, "decision": "reserved"})
+        for record in self.members(entry.gang_key):
+            if record.node:
+                continue
+            self.told.pop(record.uid, None)
+            self.dispatcher.event(self.pod_ref(record), "GangReserved", message, EVENT_NORMAL)
+            if by is None or record.uid != by.uid:
+                self._requeue(record, entry.node_of(record.member.index))
+
+    def completed(self, entry: Reservation) -> None:
+        """Every member is bound: log and tell the pods."""
+        message = f"gang {entry.gang_key}: all {len(entry.gang.pods)} pods bound"
+        log.info(message, extra={"gang": entry.gang_key, "decision": "bound"})
+        for record in self.members(entry.gang_key):
+            self.dispatcher.event(self.pod_ref(record), "GangBound", message, EVENT_NORMAL)
+
+    def expired(self, keys: list[str]) -> None:
+        """Reservations released by their TTL: back to the queue, pods told."""
+        for key in keys:
+            message = f"gang {key}: reservation expired before any member was bound; released, waiting again"
+            log.info(message, extra={"gang": key, "decision": "released"})
+            for record in self.members(key):
+                self.dispatcher.event(self.pod_ref(record), "GangReservationExpired", message, EVENT_WARNING)
+
+    def log_moved(self, entry: Reservation, record: PodRecord, old: str) -> None:
+        """A member's slot moved to a node kube-scheduler offered it: log and tell the pod."""
+        new = entry.node_of(record.member.index)
+        message = (f"gang {entry.gang_key}: pod {record.name} (index {record.member.index}) moved from node {old} "
+                   f"to {new}: kube-scheduler's own filters reject {old} for it")
+        log.info(message, extra={"gang": entry.gang_key, "decision": "moved"})
+        self.dispatcher.event(self.pod_ref(record), "GangMemberMoved", message, EVENT_NORMAL)
+
+    def bind_failed(self, record: PodRecord, error: str) -> None:
+        """A bind failed: the slot stays held; requeue the pod soon (kube-scheduler may park it)."""
+        log.warning("gang %s: binding pod %s failed: %s", record.member.gang_key, record.key, error,
+                    extra={"gang": record.member.gang_key, "decision": "bind-failed"})
+        self.turned_away[record.uid] = self.clock()
+        self.seen.pop(record.uid, None)
+
+    # ----- periodic ---------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Everything time- or capacity-driven: rollbacks, moves off bad nodes, requeues, the queue."""
+        now = self.clock()
+        self._forget_gone()
+        for key, entry in list(self.state.ledger.entries.items()):
+            if entry.status != "bound" and key not in self.rolling_back:
+                self._repair(key, entry, now)
+        for key, entry in list(self.state.ledger.entries.items()):
+            if entry.status != "bound" and key not in self.rolling_back:
+                self._requeue_overdue(entry, now)
+        capacity = (self.state.generation, self.state.topology.gpus_free, len(self.queue.entries))
+        if self.queue.entries and (capacity != self._last_capacity or now - self._last_pass > 10.0):
+            self._last_capacity, self._last_pass = capacity, now
+            self.admit_waiting()
+
+    def _forget_gone(self) -> None:
+        for key in list(self.rolling_back):
+            present = {r.uid for r in self.members(key)}
+            self.rolling_back[key] &= present
+            if not self.rolling_back[key]:
+                del self.rolling_back[key]
+        for key in [k for k in self.queue.entries if not any(not r.node for r in self.members(k))]:
+            self.queue.forget(key)
+        known = self.state.pods
+        for table in (self.seen, self.turned_away, self.requeued, self.told):
+            for uid in [u for u in table if u not in known]:
+                del table[uid]
+
+    def _repair(self, key: str, entry: Reservation, now: float) -> None:
+        topo = self.state.topology
+        bad = [s for s in entry.slots.values() if s.state == SLOT_RESERVED
+               and (s.node not in topo.node_by_name or not topo.node_by_name[s.node].schedulable)]
+        if bad and not entry.has_bound():
+            self.state.ledger.unreserve(key)
+            self._note_unreserved(key, f"gang {key}: node(s) {', '.join(sorted({s.node for s in bad}))} became "
+                                       f"unusable before any member was bound; released, placed afresh")
+            return
+        if bad or (entry.has_bound() and entry.missing_indices()):
+            for slot in bad:
+                topo.remove_pod(reservation_key(key, slot.index))
+                slot.state = SLOT_RELEASED
+            placement, reason = reserve_remaining(self.state.ledger, entry, topo, self.policy)
+            if placement is not None:
+                self.reserved(entry, None, "members moved off unusable nodes" if bad else "missing members re-held")
+            elif entry.has_bound() and entry.bound_given() is not None and "pod 0" in reason:
+                self.rollback(entry, reason)
+                return
+        if entry.bound_since is not None and now - entry.bound_since > self.completion_timeout:
+            self.rollback(entry, f"gang {key} is not fully bound {self.completion_timeout:.0f} s after its "
+                                 f"first member ({entry.bound_count()} of {len(entry.gang.pods)} bound)")
+
+    def _note_unreserved(self, key: str, message: str) -> None:
+        log.warning(message, extra={"gang": key, "decision": "released"})
+        for record in self.members(key):
+            self.dispatcher.event(self.pod_ref(record), "GangReleased", message, EVENT_WARNING)
+            if not record.node:
+                self._requeue(record, None)
+
+    def rollback(self, entry: Reservation, reason: str) -> None:
+        """Roll the gang back whole: evict its bound members, release every slot, place it afresh later."""
+        key = entry.gang_key
+        message = f"gang {key} rolled back: {reason}; its bound members are evicted and the gang placed afresh"
+        log.warning(message, extra={"gang": key, "decision": "rolled-back"})
+        self.counters["rollbacks"] += 1
+        evicted = set()
+        for record in self.members(key):
+            self.dispatcher.event(self.pod_ref(record), "GangRolledBack", message, EVENT_WARNING)
+            if record.node:
+                evicted.add(record.uid)
+                self.dispatcher.evict(self.pod_ref(record), message)
+        self.state.ledger.unreserve(key)
+        if evicted:
+            self.rolling_back[key] = evicted
+
+    def _requeue_overdue(self, entry: Reservation, now: float) -> None:
+        for record in self.members(entry.gang_key):
+            if record.node or entry.node_of(record.member.index) is None:
+                continue
+            slot = entry.slots[record.member.index]
+            if slot.state != SLOT_RESERVED:
+                continue
+            last, count = self.requeued.get(record.uid, (0.0, 0))
+            quiet_since = max(self.seen.get(record.uid, 0.0), last, entry.created_at)
+            if record.uid in self.turned_away and self.turned_away[record.uid] >= quiet_since:
+                wait = 0.5  # refused after its last requeue: kube-scheduler parks it now, bring it back soon
+            else:
+                wait = min(REQUEUE_FIRST_SECONDS * 2 ** count, REQUEUE_MAX_SECONDS)
+            if now - quiet_since >= wait:
+                self._requeue(record, slot.node)
+
+    # ----- the queue --------------------------------------------------------------------------
+    def try_reserve(self, record: PodRecord, offered: frozenset[str] | None) -> tuple[Reservation | None, str]:
+        """Place and reserve the gang of `record` if it fits and may start now; else queue it with the reason."""
+        member = record.member
+        names = {r.member.index: r.name for r in self.members(member.gang_key)}
+        gang = gang_from_membership(member, names)
+        return self._attempt(gang, record.priority, offered, record)
+
+    def _attempt(self, gang: Any, priority: int, offered: frozenset[str] | None,
+                 by: PodRecord | None) -> tuple[Reservation | None, str]:
+        from scheduler.reserve_ops import shortfall_reason
+
+        topo, ledger, key = self.state.topology, self.state.ledger, gang.key
+        if key in self.rolling_back:
+            return None, f"gang {key} is being rolled back; it is placed afresh once its evicted members are gone"
+        with offered_only(topo, offered):
+            placement = place(gang, topo, self.policy)
+        head = self.queue.head_before(key, priority, topo)
+        if placement.placed and (head is None or not delays_head(topo, head, usage_of(placement, topo))):
+            entry = ledger.reserve(placement)
+            self.reserved(entry, by, "queue" if by is None else f"first member {by.name}")
+            return entry, ""
+        reason = (shortfall_reason(gang, topo, placement) if not placement.placed else
+                  f"gang {key} fits, but waits behind gang {head.key} ({head.pods} pods x {head.gpus_per_pod} GPUs, "
+                  f"higher in the queue): starting now would take GPUs that gang is waiting for")
+        waiting = self.queue.note(key, priority, len(gang.pods), gang.gpus_per_pod, reason, self.clock(), offered)
+        return None, f"{reason} [queue position {self.queue.position(key)}, waiting since {waiting.arrived_at:.0f}]"
+
+    def admit_waiting(self) -> list[str]:
+        """One pass over the waiting gangs in order; reserves those that may start now (returns their keys)."""
+        admitted = []
+        free = self.state.topology.gpus_free
+        for waiting in self.queue.ordered()[:QUEUE_PASS_DEPTH]:
+            members = self.members(waiting.key)
+            pending = [r for r in members if not r.node and r.member is not None]
+            if not pending or self.state.ledger.get(waiting.key) is not None:
+                self.queue.admitted(waiting.key)
+                continue
+            if waiting.pods * waiting.gpus_per_pod > free:
+                continue
+            names = {r.member.index: r.name for r in members}
+            gang = gang_from_membership(pending[0].member, names)
+            entry, _ = self._attempt(gang, waiting.priority, waiting.offered, None)
+            if entry is not None:
+                admitted.append(waiting.key)
+                free = self.state.topology.gpus_free
+        return admitted
+
+    def rows(self) -> list[dict]:
+        """`GET /gangs`: waiting gangs in queue order, then reserved / bound ones (call under the lock)."""
+        rows = [w.to_json(i) for i, w in enumerate(self.queue.ordered(), 1)]
+        for key in sorted(self.state.ledger.entries):
+            entry = self.state.ledger.entries[key]
+            state = {"bound": "bound", "reserved": "reserved" if not entry.has_bound() else "binding"}.get(
+                entry.status, "incomplete")
+            priority = max((r.priority for r in self.members(key)), default=0)
+            reason = {"bound": "all members bound", "reserved": "reserved; members being scheduled",
+                      "binding": f"{entry.bound_count()} of {len(entry.gang.pods)} bound, the rest held",
+                      }.get(state, f"{entry.bound_count()} bound, {len(entry.missing_indices())} member(s) being "
+                                   f"re-placed")
+            if key in self.rolling_back:
+                state, reason = "rolling-back", "evicted members terminating; placed afresh afterwards"
+            rows.append({"gang": key, "state": state, "position": None, "priority": priority,
+                         "pods": len(entry.gang.pods), "gpus_per_pod": entry.gang.gpus_per_pod,
+                         "bound": entry.bound_count(), "reason": reason})
+        return rows

@@ -95,7 +95,9 @@ def place(gang: Gang, topo: ClusterTopology, policy: str | PlacementPolicy = DEF
     gang.validate()
     chosen = _resolve(policy)
     if gang.world_size > topo.gpus_free:
-        return unschedulable(gang, chosen.name,
+        from scheduler.explain import gpus_per_node_reason
+
+        return unschedulable(gang, chosen.name, gpus_per_node_reason(gang, topo) or
                              f"needs {gang.world_size} GPUs; the cluster has {topo.gpus_free} free")
     return placement_from_assignment(gang, topo, chosen.name, chosen.assign(gang, topo), with_ranks)
 

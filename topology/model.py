@@ -124,12 +124,22 @@ class ClusterTopology:
         return len(self.levels) - 1
 
     def level_index(self, name: str) -> int:
-        """Index of the level called `name` (or whose label key is `name`); TopologyError if none."""
+        """Index of the level called `name`, whose label key is `name`, else the outermost level of role `name`.
+
+        Roles (`nvlink`, `leaf`, `spine`, `core`) let one manifest name "one spine block" on every
+        label scheme; TopologyError with a did-you-mean hint if nothing matches."""
         for i, level in enumerate(self.levels):
             if level.name == name or level.label_key == name or name in level.label_keys:
                 return i
-        known = ", ".join(lv.name for lv in self.levels)
-        raise TopologyError(f"unknown topology level {name!r} (levels: {known})")
+        for i, level in enumerate(self.levels):
+            if level.role and level.role == name:
+                return i
+        from topology.strict import did_you_mean
+
+        names = [lv.name for lv in self.levels]
+        hint = did_you_mean(name, names + [lv.role for lv in self.levels if lv.role])
+        roles = ", ".join(f"{lv.name}={lv.role}" for lv in self.levels if lv.role)
+        raise TopologyError(f"unknown topology level {name!r}{hint} (levels: {', '.join(names)}; roles: {roles})")
 
     def common_level(self, a: int, b: int) -> int:
         """Deepest level at which nodes `a` and `b` share a domain; -1 if none (cluster tier)."""

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 ClusterOption = typer.Option(..., "--cluster", help="NodeList or List (Nodes + Pods) file, JSON or YAML.")
 JobOption = typer.Option(..., "--job", help="PyTorchJob, JobSet, TrainJob, Volcano Job or Indexed Job manifest.")
 PolicyOption = typer.Option("meshfit", "--policy", help="Placement policy (meshfit, first-fit, kueue-tas, ...).")
-ExplainOption = typer.Option(False, "--explain", help="Also say why the gang does or does not fit.")
+ExplainOption = typer.Option(
+    False, "--explain", help="Also say why: free GPUs and pod slots per level, the binding constraint, "
+                             "and the chosen layout against the runner-up per axis.")
 ConfigOption = typer.Option(None, "--config", help="Topology config (YAML/JSON): link overrides, levels.")
 
 
@@ -72,6 +74,51 @@ def render_table(placement: Placement) -> None:
     console.print(axes)
 
 
+def explain_tables(report: dict, placed: bool) -> None:
+    """Rich view of `explain_report`: summary, best domains per level, chosen vs runner-up per axis."""
+    if placed:  # an unschedulable gang's summary is the reason already printed
+        console.print(report["summary"], highlight=False)
+    else:
+        console.print(f"binding constraint: {report['binding_constraint']}", highlight=False)
+    levels = Table("level", "domain", "free GPUs", f"pod slots ({report['gpus_per_pod']} GPUs)", "fits",
+                   title=f"best domains per level (the gang needs {report['pods']} pod slots)")
+    for row in report["levels"]:
+        for i, best in enumerate(row["best"]):
+            label = f"{row['level']} ({row['fitting_domains']}/{row['domains']} fit)" if i == 0 else ""
+            levels.add_row(label, best["domain"], f"{best['gpus_free']}/{best['gpus_total']}",
+                           str(best["pod_slots"]), "yes" if best["fits"] else "no")
+    console.print(levels)
+    if report["reservations"]:
+        console.print("reservations holding GPUs: " + ", ".join(
+            f"{key} ({gpus})" for key, gpus in report["reservations"].items()), highlight=False)
+    comparison = report.get("comparison")
+    if not comparison:
+        return
+    chosen, other = comparison["chosen"], comparison["runner_up"]
+    if other is None:
+        console.print(f"runner-up: none ({comparison['excluded']})", highlight=False)
+        return
+    title = (f"chosen {chosen['level']} {chosen['domain']} vs runner-up {other['level']} {other['domain']} "
+             f"({comparison['excluded']})")
+    axes = Table("axis", "chosen s/step", "tier", "runner-up s/step", "tier", "difference", title=title)
+    for axis in AXES:
+        a, b = chosen["by_axis"][axis], other["by_axis"][axis]
+        axes.add_row(axis, f"{a:.6f}", chosen["tier_by_axis"][axis], f"{b:.6f}", other["tier_by_axis"][axis],
+                     f"{b - a:+.6f}")
+    axes.add_row("total", f"{chosen['step_comm_seconds']:.6f}", "", f"{other['step_comm_seconds']:.6f}", "",
+                 f"{other['step_comm_seconds'] - chosen['step_comm_seconds']:+.6f}")
+    console.print(axes)
+    console.print(f"why: {comparison['why']}", highlight=False)
+
+
+def _report(gang, topo, policy: str, placement) -> dict:
+    from scheduler.explain import explain_report
+    from scheduler.explain_layout import compare_with_runner_up
+
+    comparison = compare_with_runner_up(gang, topo, policy, placement) if placement.placed else None
+    return explain_report(gang, topo, placement, comparison)
+
+
 def place_command(
     cluster: Path = ClusterOption,
     job: Path = JobOption,
@@ -82,7 +129,6 @@ def place_command(
 ) -> None:
     """Place a job's whole gang (or nothing) and print its rank layout and predicted step cost."""
     from scheduler.engine import place
-    from scheduler.explain import explain
     from scheduler.manifests import load_job
 
     try:
@@ -92,21 +138,21 @@ def place_command(
     topo = _load_cluster(cluster, config)
     try:
         placement = place(gang, topo, policy)
+        report = _report(gang, topo, policy, placement) if explain_flag else None
     except (JobSpecError, ValueError) as exc:
         fail(str(exc))
     if output != OutputFormat.table:
         document = placement.to_json()
-        if explain_flag:
-            document["explain"] = explain(gang, topo)
+        if report is not None:
+            document["explain"] = report
         print_document(document, output)
-    elif placement.placed:
-        render_table(placement)
-        if explain_flag:
-            console.print(explain(gang, topo))
     else:
-        console.print(f"[bold]{gang.key}[/bold] unschedulable by {placement.policy}: {placement.reason}")
-        if explain_flag:
-            console.print(explain(gang, topo))
+        if placement.placed:
+            render_table(placement)
+        else:
+            console.print(f"[bold]{gang.key}[/bold] unschedulable by {placement.policy}: {placement.reason}")
+        if report is not None:
+            explain_tables(report, placement.placed)
     if not placement.placed:
         raise typer.Exit(EXIT_UNSCHEDULABLE)
 

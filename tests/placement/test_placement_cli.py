@@ -62,7 +62,8 @@ def test_unschedulable_exits_3_with_the_reason(cluster_file, tmp_path):
     assert result.exit_code == 3, result.output
     doc = json.loads(result.stdout)
     assert doc["status"] == "unschedulable" and "needs 128 GPUs" in doc["reason"]
-    assert doc["explain"].startswith("unschedulable:")
+    assert doc["explain"]["summary"].startswith("unschedulable:")
+    assert doc["explain"]["binding_constraint"] == "free-gpus"
 
 
 @pytest.mark.parametrize("job,cluster,policy,message", [

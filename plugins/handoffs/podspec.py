@@ -1,4 +1,6 @@
-"""Pod-template edits every rendered job shares: node pinning, a memory-backed /dev/shm, and the rank environment."""
+"""Pod-template edits every rendered job shares: node pinning, a memory-backed /dev/shm, the rank environment,
+and the default scheduler (a rendered job is for clusters without the meshfit extender, so a
+`schedulerName: meshfit` would leave its pods Pending)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from scheduler.placement import Placement
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SHM_VOLUME = "meshfit-dshm"
+MESHFIT_SCHEDULER_NAMES = ("meshfit",)
+"""`schedulerName` values dropped from rendered templates (the pods go to the default scheduler)."""
 POD_SPECIFIC_ENV = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "PET_NODE_RANK", "MESHFIT_POD_INDEX",
                     "MESHFIT_TP_RANK", "MESHFIT_CP_RANK", "MESHFIT_EP_RANK", "MESHFIT_PP_RANK", "MESHFIT_DP_RANK")
 """Variables that differ between pods; a template shared by several pods gets only the rest."""
@@ -55,9 +59,11 @@ def _pin(spec: dict[str, Any], nodes: list[str]) -> None:
 def render_pod_template(template: dict[str, Any], nodes: list[str], env: dict[str, str],
                         annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """A copy of `template` pinned to `nodes` (one: nodeSelector; several: required node affinity), with
-    /dev/shm in memory and `env` set in every container."""
+    /dev/shm in memory, `env` set in every container and no `schedulerName: meshfit`."""
     rendered = copy.deepcopy(template)
     spec = rendered.setdefault("spec", {})
+    if spec.get("schedulerName") in MESHFIT_SCHEDULER_NAMES:
+        del spec["schedulerName"]
     _pin(spec, nodes)
     _add_shm(spec)
     for container in spec.get("containers") or []:

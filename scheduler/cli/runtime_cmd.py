@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -180,16 +181,19 @@ def render_command(
                                           help="yaml (a multi-document stream) or json (a kubectl List)."),
     to: Optional[Path] = ToOption,
 ) -> None:
-    """Render the job pinned to its placement's nodes, with /dev/shm and the rank environment."""
+    """Render the job for clusters without the extender: default scheduler, pods pinned to their placed nodes
+    (exactly where the kind allows; a warning names what is not), /dev/shm and the rank environment."""
     import yaml
 
-    from plugins.handoffs.render import render_files
+    from plugins.handoffs.render import render_with_warnings
     from scheduler.jobs import JobSpecError
 
     try:
-        objects = render_files(job, placement)
+        objects, warnings = render_with_warnings(job, placement)
     except (JobSpecError, ValueError, KeyError, TypeError) as exc:
         fail(f"meshfit render: {exc}")
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if output == DocumentFormat.json:
         text = document_text({"apiVersion": "v1", "kind": "List", "items": objects}, output)
     else:

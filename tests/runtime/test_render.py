@@ -105,3 +105,34 @@ def test_cli_render_round_trip_and_mismatch(tmp_path):
     assert placement_from_json(manifest, placement.to_json()).pod_nodes == placement.pod_nodes
     result = runner.invoke(app, ["render", "--job", str(JOBS / "pytorchjob.yaml"), "--placement", str(placement_file)])
     assert result.exit_code == 2 and "placement file is for job" in result.output
+
+
+def _with_meshfit_scheduler(manifest: dict) -> dict:
+    for template in _pod_templates(manifest):
+        template.setdefault("spec", {})["schedulerName"] = "meshfit"
+    return manifest
+
+
+@pytest.mark.parametrize("job_file", ["pytorchjob.yaml", "jobset.yaml"], ids=["pytorchjob", "jobset"])
+def test_rendered_pods_use_the_default_scheduler(job_file):
+    manifest, placement = placed(job_file)
+    (rendered,) = handoff_for_manifest(manifest).render(_with_meshfit_scheduler(manifest), placement)
+    assert all("schedulerName" not in template["spec"] for template in _pod_templates(rendered))
+
+
+@pytest.mark.parametrize("job_file,nodes,warned", [
+    ("jobset.yaml", 16, None),
+    ("pytorchjob.yaml", 16, "PyTorchJob Worker replicas share one pod template: pods 1-3"),
+    ("trainjob.yaml", 16, "TrainJob podSpecOverrides apply to every trainer pod"),
+], ids=["jobset-exact", "pytorchjob-workers", "trainjob-multinode"])
+def test_cli_render_warns_about_what_it_cannot_pin(tmp_path, job_file, nodes, warned):
+    _, placement = placed(job_file, nodes)
+    placement_file = tmp_path / "placement.json"
+    placement_file.write_text(json.dumps(placement.to_json()))
+    result = runner.invoke(app, ["render", "--job", str(JOBS / job_file), "--placement", str(placement_file)])
+    assert result.exit_code == 0, result.output
+    assert [doc["kind"] for doc in yaml.safe_load_all(result.stdout)] == [read_single_manifest(JOBS / job_file)["kind"]]
+    if warned is None:
+        assert result.stderr == ""
+    else:
+        assert result.stderr.startswith("warning: ") and warned in result.stderr

@@ -1,0 +1,173 @@
+"""Fixtures for tests against a real etcd + kube-apiserver (+ kube-scheduler with meshfit as extender).
+
+`control_plane` (session) starts etcd and kube-apiserver once; `kube` gives each test a clean slate
+(no Nodes, no pods left from earlier tests, a fresh namespace); `meshfit_scheduler(**options)`
+starts `meshfit serve` and then kube-scheduler pointed at it, and stops both at the test's end.
+Tests here are marked `realk8s` and skipped when the binaries (`$MESHFIT_K8S_BIN`) or openssl
+are missing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pytest
+
+from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, missing_prerequisites
+
+_HERE = Path(__file__).resolve().parent
+_COUNTER = itertools.count(1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the `realk8s` marker."""
+    config.addinivalue_line("markers", "realk8s: needs real etcd / kube-apiserver / kube-scheduler binaries "
+                                       "($MESHFIT_K8S_BIN)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test collected under tests/realk8s with `realk8s`."""
+    for item in items:
+        if _HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.realk8s)
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest) -> ControlPlane:
+    """etcd + kube-apiserver on free loopback ports, once per session (skips when binaries are missing)."""
+    reason = missing_prerequisites()
+    if reason:
+        pytest.skip(reason)
+    plane = ControlPlane()
+    request.addfinalizer(plane.stop)
+    try:
+        plane.start()
+    except Exception as exc:  # noqa: BLE001 - show the logs, not only the exception
+        plane.stop(keep_run_dir=True)
+        pytest.fail(f"control plane did not start: {exc}\n{plane.tail_logs()}", pytrace=False)
+    plane.namespaces = []  # namespaces tests created (pods there are wiped before each test)
+    return plane
+
+
+@dataclass
+class KubeEnv:
+    """What a test gets from `kube`: the official client, its namespace and the control plane."""
+
+    core: Any
+    api_client: Any
+    namespace: str
+    control_plane: ControlPlane
+    extra_logs: list = field(default_factory=list)
+
+    def tail_logs(self, lines: int = 40) -> str:
+        """Last log lines of the control plane's processes and meshfit (when started)."""
+        return self.control_plane.tail_logs(lines, self.extra_logs)
+
+
+def _admin_client(plane: ControlPlane) -> Any:
+    from kubernetes import config
+    return config.new_client_from_config(config_file=str(plane.kubeconfig))
+
+
+def _wipe(core: Any, namespaces: Sequence[str]) -> None:
+    """Delete pods of earlier tests' namespaces (grace 0: no kubelet would confirm) and all Nodes."""
+    for namespace in namespaces:
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    core.delete_collection_node()
+
+
+def _create_namespace(core: Any) -> str:
+    """A fresh namespace with its `default` ServiceAccount (no controller-manager would create it)."""
+    name = f"t{next(_COUNTER)}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    core.create_namespaced_service_account(name, {"apiVersion": "v1", "kind": "ServiceAccount",
+                                                  "metadata": {"name": "default"}})
+    return name
+
+
+@pytest.fixture
+def kube(control_plane: ControlPlane) -> KubeEnv:
+    """A clean slate: no Nodes, no pods from earlier tests, and a fresh namespace for this test."""
+    from kubernetes.client import CoreV1Api
+    api_client = _admin_client(control_plane)
+    core = CoreV1Api(api_client)
+    _wipe(core, control_plane.namespaces)
+    namespace = _create_namespace(core)
+    control_plane.namespaces.append(namespace)
+    env = KubeEnv(core=core, api_client=api_client, namespace=namespace, control_plane=control_plane)
+    yield env
+    api_client.close()
+
+
+@dataclass
+class SchedulerStack:
+    """meshfit serve + kube-scheduler (extender = that meshfit) started for one test."""
+
+    meshfit: MeshfitProcess
+    control_plane: ControlPlane
+
+    @property
+    def scheduler(self) -> ManagedProcess | None:
+        """The kube-scheduler process."""
+        return self.control_plane.scheduler
+
+    def restart_scheduler(self, **changes: Any) -> ManagedProcess:
+        """Restart kube-scheduler (same options, updated by `changes`)."""
+        return self.control_plane.restart_scheduler(**changes)
+
+    def tail_logs(self, lines: int = 40) -> str:
+        """Last log lines of every process involved."""
+        return self.control_plane.tail_logs(lines, [self.meshfit.process] if self.meshfit.process else [])
+
+    def stop(self) -> None:
+        """Stop kube-scheduler first, then meshfit."""
+        self.control_plane.stop_scheduler()
+        self.meshfit.stop()
+
+
+@pytest.fixture
+def meshfit_scheduler(kube: KubeEnv, request: pytest.FixtureRequest) -> Callable[..., SchedulerStack]:
+    """Factory `meshfit_scheduler(meshfit_args=(), **scheduler_options)`: meshfit serve, then kube-scheduler.
+
+    Scheduler options are those of `ControlPlane.start_scheduler` (node_cache_capable,
+    percentage_of_nodes_to_score, pod_initial_backoff_seconds, pod_max_backoff_seconds, verbosity,
+    extra_args).  Both are stopped at the test's end, kube-scheduler first.
+    """
+    plane = kube.control_plane
+    stacks: list[SchedulerStack] = []
+
+    def start(meshfit_args: Sequence[str] = (), **scheduler_options: Any) -> SchedulerStack:
+        if stacks:
+            raise RuntimeError("meshfit_scheduler() already started in this test")
+        log = plane.logs / f"meshfit-{kube.namespace}.log"
+        meshfit = MeshfitProcess(plane.kubeconfig, log, meshfit_args)
+        stack = SchedulerStack(meshfit=meshfit, control_plane=plane)
+        stacks.append(stack)
+        try:
+            meshfit.start()
+            kube.extra_logs.append(meshfit.process)
+            plane.start_scheduler(meshfit.url, **scheduler_options)
+        except Exception as exc:  # noqa: BLE001
+            pytest.fail(f"meshfit / kube-scheduler did not start: {exc}\n{stack.tail_logs()}", pytrace=False)
+        return stack
+
+    def finish() -> None:
+        for stack in stacks:
+            stack.stop()
+
+    request.addfinalizer(finish)
+    return start
+
+
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
+    """On a failing realk8s test, append the processes' log tails to the report."""
+    if call.when != "call" or call.excinfo is None or os.environ.get("MESHFIT_K8S_QUIET_LOGS"):
+        return
+    env = item.funcargs.get("kube") if hasattr(item, "funcargs") else None
+    if isinstance(env, KubeEnv):
+        item.add_report_section("call", "realk8s logs", env.tail_logs(30))

@@ -1,0 +1,401 @@
+"""Start and stop a loopback-only etcd + kube-apiserver (+ kube-scheduler, + meshfit serve) for tests.
+
+The envtest idea with genuine upstream binaries: they are found through `MESHFIT_K8S_BIN`
+(default `<repo root>/../shared/k8s/bin`); `missing_prerequisites()` says why tests must be skipped
+when a binary or openssl is absent.  Every process runs in its own session with its log in the run
+directory, and every process still alive when the interpreter exits is killed (atexit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable, Sequence
+
+BIN_ENV = "MESHFIT_K8S_BIN"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_BIN = REPO_ROOT.parent / "shared" / "k8s" / "bin"
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+GPU_RESOURCE = "nvidia.com/gpu"
+
+_LIVE: set["ManagedProcess"] = set()
+_PLANES: list["ControlPlane"] = []
+
+
+def k8s_bin_dir() -> Path:
+    """Folder holding etcd, kube-apiserver and kube-scheduler (`$MESHFIT_K8S_BIN` or the shared default)."""
+    return Path(os.environ.get(BIN_ENV) or DEFAULT_BIN)
+
+
+def missing_prerequisites(bin_dir: Path | None = None) -> str | None:
+    """Why a real control plane cannot start here (missing binary / openssl), None when it can."""
+    folder = bin_dir or k8s_bin_dir()
+    missing = [name for name in BINARIES if not os.access(folder / name, os.X_OK)]
+    if missing:
+        return (f"real-Kubernetes binaries {', '.join(missing)} not found in {folder}; "
+                f"set {BIN_ENV} to a folder with etcd, kube-apiserver and kube-scheduler")
+    if shutil.which("openssl") is None:
+        return "openssl not found on PATH (needed to make the control plane's PKI)"
+    return None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tail_file(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a text file ('' when it does not exist)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class ManagedProcess:
+    """One child process in its own session, logging to a file; stopped with SIGTERM, then SIGKILL."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: dict | None = None) -> None:
+        self.name, self.argv, self.log_path, self.env = name, list(argv), log_path, env
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "ManagedProcess":
+        """Launch the process (appending to its log)."""
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== {time.strftime('%H:%M:%S')} {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=self.env, start_new_session=True)
+        _LIVE.add(self)
+        return self
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def _signal(self, sig: int) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, sig)  # its own session/group: only what it started
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """SIGKILL at once and reap."""
+        self._signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+        _LIVE.discard(self)
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM, wait up to `grace` seconds, then SIGKILL."""
+        if self.proc is None:
+            return
+        self._signal(signal.SIGTERM)
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+    def tail(self, lines: int = 40) -> str:
+        """Last lines of this process's log, with a header."""
+        state = "running" if self.alive() else f"exited {self.proc.returncode if self.proc else '-'}"
+        return f"--- {self.name} ({state}) {self.log_path}\n{tail_file(self.log_path, lines)}"
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for process in list(_LIVE):
+        process.kill()
+    for plane in list(_PLANES):  # interrupted before its fixture's teardown: remove the run dir too
+        plane.stop()
+
+
+def wait_until(check: Callable[[], bool], timeout: float, process: ManagedProcess, what: str,
+               interval: float = 0.1) -> None:
+    """Poll `check` until true; RuntimeError with the log tail if `process` dies or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except Exception:  # noqa: BLE001 - connection refused etc. while starting
+            pass
+        if not process.alive():
+            raise RuntimeError(f"{process.name} exited before {what}\n{process.tail()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{process.name}: {what} not reached after {timeout:.0f}s\n{process.tail()}")
+        time.sleep(interval)
+
+
+def http_ok(url: str, context: ssl.SSLContext | None = None, token: str | None = None) -> bool:
+    """True when GET `url` answers 200."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=context) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+_APISERVER_CNF = """[req]
+distinguished_name = dn
+req_extensions = v3_req
+[dn]
+[v3_req]
+basicConstraints = CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc
+"""
+
+
+def make_pki(pki: Path) -> None:
+    """CA, apiserver serving cert, service-account key pair and static tokens, as up.sh makes them."""
+    pki.mkdir(parents=True, exist_ok=True)
+    (pki / "apiserver.cnf").write_text(_APISERVER_CNF)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-subj", "/CN=local-k8s-ca",
+             "-days", "365", "-out", "ca.crt", cwd=pki)
+    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-subj", "/CN=kube-apiserver",
+             "-out", "apiserver.csr", "-config", "apiserver.cnf", cwd=pki)
+    _openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "365", "-extensions", "v3_req", "-extfile", "apiserver.cnf", "-out", "apiserver.crt", cwd=pki)
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+    admin, sched = os.urandom(24).hex(), os.urandom(24).hex()
+    (pki / "admin.token").write_text(admin)
+    (pki / "scheduler.token").write_text(sched)
+    (pki / "tokens.csv").write_text(f'{admin},admin,uid-admin,"system:masters"\n'
+                                    f"{sched},system:kube-scheduler,uid-kube-scheduler\n")
+    for path in pki.iterdir():
+        if path.suffix in (".key", ".token", ".csv"):
+            path.chmod(0o600)
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, user: str, token: str) -> Path:
+    """A token kubeconfig (JSON is valid YAML) for `user`."""
+    config = {"apiVersion": "v1", "kind": "Config",
+              "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+              "users": [{"name": user, "user": {"token": token}}],
+              "contexts": [{"name": "local", "context": {"cluster": "local", "user": user, "namespace": "default"}}],
+              "current-context": "local"}
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
+    return path
+
+
+def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bool = False,
+                     percentage_of_nodes_to_score: int | None = None, pod_initial_backoff_seconds: int = 1,
+                     pod_max_backoff_seconds: int = 10) -> dict:
+    """A KubeSchedulerConfiguration (v1) with one `meshfit` profile and meshfit as extender."""
+    config: dict = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "leaderElection": {"leaderElect": False},
+        "podInitialBackoffSeconds": pod_initial_backoff_seconds,
+        "podMaxBackoffSeconds": pod_max_backoff_seconds,
+        "profiles": [{"schedulerName": "meshfit"}],
+        "extenders": [{
+            "urlPrefix": f"{extender_url.rstrip('/')}/scheduler", "filterVerb": "filter",
+            "prioritizeVerb": "prioritize", "preemptVerb": "preempt", "bindVerb": "bind", "weight": 1,
+            "enableHTTPS": False, "httpTimeout": "10s", "nodeCacheCapable": node_cache_capable,
+            "managedResources": [{"name": GPU_RESOURCE, "ignoredByScheduler": False}], "ignorable": False}],
+    }
+    if percentage_of_nodes_to_score is not None:
+        config["percentageOfNodesToScore"] = percentage_of_nodes_to_score
+    return config
+
+
+class ControlPlane:
+    """etcd + kube-apiserver on free loopback ports in a temp run dir; kube-scheduler started on demand."""
+
+    def __init__(self, bin_dir: Path | None = None, run_dir: Path | None = None) -> None:
+        self.bin_dir = bin_dir or k8s_bin_dir()
+        self._own_run_dir = run_dir is None
+        self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix="meshfit-realk8s-"))
+        self.pki, self.logs = self.run_dir / "pki", self.run_dir / "logs"
+        self.etcd: ManagedProcess | None = None
+        self.apiserver: ManagedProcess | None = None
+        self.scheduler: ManagedProcess | None = None
+        self.scheduler_options: dict = {}
+        self.api_port = 0
+        self.startup_seconds = 0.0
+        _PLANES.append(self)
+
+    @property
+    def server(self) -> str:
+        """The API server URL (https://127.0.0.1:<port>)."""
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin kubeconfig (group system:masters)."""
+        return self.run_dir / "admin.kubeconfig"
+
+    @property
+    def scheduler_kubeconfig(self) -> Path:
+        """kube-scheduler's kubeconfig (user system:kube-scheduler)."""
+        return self.run_dir / "scheduler.kubeconfig"
+
+    @property
+    def admin_token(self) -> str:
+        """Admin bearer token."""
+        return (self.pki / "admin.token").read_text().strip()
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """TLS context trusting the control plane's CA."""
+        return ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+
+    def start(self) -> "ControlPlane":
+        """Make PKI and kubeconfigs, start etcd then kube-apiserver, wait for /readyz."""
+        began = time.monotonic()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        make_pki(self.pki)
+        etcd_port, peer_port, self.api_port = free_port(), free_port(), free_port()
+        ca = self.pki / "ca.crt"
+        write_kubeconfig(self.kubeconfig, self.server, ca, "admin", self.admin_token)
+        write_kubeconfig(self.scheduler_kubeconfig, self.server, ca, "system:kube-scheduler",
+                         (self.pki / "scheduler.token").read_text().strip())
+        etcd_url, peer_url = f"http://127.0.0.1:{etcd_port}", f"http://127.0.0.1:{peer_port}"
+        self.etcd = ManagedProcess("etcd", [
+            str(self.bin_dir / "etcd"), "--name", "local", "--data-dir", str(self.run_dir / "etcd-data"),
+            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+            "--initial-cluster", f"local={peer_url}", "--quota-backend-bytes", "2147483648",
+            "--logger", "zap", "--log-level", "warn"], self.logs / "etcd.log").start()
+        wait_until(lambda: http_ok(f"{etcd_url}/health"), 30, self.etcd, "/health")
+        p = self.pki
+        self.apiserver = ManagedProcess("kube-apiserver", [
+            str(self.bin_dir / "kube-apiserver"), "--advertise-address=127.0.0.1", "--bind-address=127.0.0.1",
+            f"--secure-port={self.api_port}", f"--etcd-servers={etcd_url}",
+            f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
+            f"--client-ca-file={ca}", f"--token-auth-file={p / 'tokens.csv'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={p / 'sa.pub'}", f"--service-account-signing-key-file={p / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/24", "--endpoint-reconciler-type=none",
+            "--authorization-mode=RBAC", "--allow-privileged=true", "--profiling=false",
+            "--disable-admission-plugins=TaintNodesByCondition", "--v=1"], self.logs / "kube-apiserver.log").start()
+        context, token = self.ssl_context(), self.admin_token
+        wait_until(lambda: http_ok(f"{self.server}/readyz", context, token), 60, self.apiserver, "/readyz")
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def start_scheduler(self, extender_url: str, node_cache_capable: bool = False,
+                        percentage_of_nodes_to_score: int | None = None, pod_initial_backoff_seconds: int = 1,
+                        pod_max_backoff_seconds: int = 10, verbosity: int = 2,
+                        extra_args: Sequence[str] = ()) -> ManagedProcess:
+        """Start kube-scheduler (profile `meshfit`, meshfit as extender) and wait for its /healthz."""
+        if self.scheduler is not None and self.scheduler.alive():
+            raise RuntimeError("kube-scheduler already running; stop_scheduler() first")
+        self.scheduler_options = dict(
+            extender_url=extender_url, node_cache_capable=node_cache_capable,
+            percentage_of_nodes_to_score=percentage_of_nodes_to_score,
+            pod_initial_backoff_seconds=pod_initial_backoff_seconds, pod_max_backoff_seconds=pod_max_backoff_seconds,
+            verbosity=verbosity, extra_args=tuple(extra_args))
+        config_path = self.run_dir / "scheduler-config.yaml"
+        config_path.write_text(json.dumps(scheduler_config(
+            self.scheduler_kubeconfig, extender_url, node_cache_capable, percentage_of_nodes_to_score,
+            pod_initial_backoff_seconds, pod_max_backoff_seconds), indent=2))
+        port = free_port()
+        self.scheduler = ManagedProcess("kube-scheduler", [
+            str(self.bin_dir / "kube-scheduler"), f"--config={config_path}", "--bind-address=127.0.0.1",
+            f"--secure-port={port}", f"--v={verbosity}", *extra_args], self.logs / "kube-scheduler.log").start()
+        insecure = ssl.create_default_context()
+        insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
+        wait_until(lambda: http_ok(f"https://127.0.0.1:{port}/healthz", insecure), 30, self.scheduler, "/healthz")
+        return self.scheduler
+
+    def stop_scheduler(self) -> None:
+        """Stop kube-scheduler if it runs."""
+        if self.scheduler is not None:
+            self.scheduler.stop()
+
+    def restart_scheduler(self, **changes) -> ManagedProcess:
+        """Stop kube-scheduler and start it again with the same options (updated by `changes`)."""
+        if not self.scheduler_options and "extender_url" not in changes:
+            raise RuntimeError("kube-scheduler was never started")
+        self.stop_scheduler()
+        return self.start_scheduler(**{**self.scheduler_options, **changes})
+
+    def tail_logs(self, lines: int = 40, extra: Sequence[ManagedProcess] = ()) -> str:
+        """Last log lines of every process (plus `extra` ones), for failure messages."""
+        own = [p for p in (self.etcd, self.apiserver, self.scheduler) if p is not None]
+        return "\n".join(p.tail(lines) for p in [*own, *extra])
+
+    def stop(self, keep_run_dir: bool = False) -> None:
+        """Stop scheduler, apiserver, etcd (SIGTERM, then SIGKILL); remove the temp run dir."""
+        for process in (self.scheduler, self.apiserver, self.etcd):
+            if process is not None:
+                process.stop()
+        if self._own_run_dir and not keep_run_dir and not os.environ.get("MESHFIT_K8S_KEEP"):
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self in _PLANES:
+            _PLANES.remove(self)
+
+
+class MeshfitProcess:
+    """`meshfit serve` in real mode against the control plane, on a free loopback port."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, extra_args: Sequence[str] = (),
+                 port: int | None = None, ready_timeout: float = 30.0) -> None:
+        self.kubeconfig, self.log_path, self.extra_args = kubeconfig, log_path, list(extra_args)
+        self.port = port or free_port()
+        self.ready_timeout = ready_timeout
+        self.process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL, http://127.0.0.1:<port>."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "MeshfitProcess":
+        """Launch and wait until GET /readyz answers 200."""
+        exe = Path(sys.executable).parent / "meshfit"
+        argv = [str(exe), "serve", "--kubeconfig", str(self.kubeconfig), "--host", "127.0.0.1",
+                "--port", str(self.port), "--grpc-port", "0", *self.extra_args]
+        self.process = ManagedProcess("meshfit", argv, self.log_path).start()
+        wait_until(lambda: http_ok(f"{self.url}/readyz"), self.ready_timeout, self.process, "/readyz 200")
+        return self
+
+    def alive(self) -> bool:
+        """True while meshfit runs."""
+        return self.process is not None and self.process.alive()
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        if self.process is not None:
+            self.process.kill()
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL."""
+        if self.process is not None:
+            self.process.stop()
+
+    def restart(self) -> "MeshfitProcess":
+        """Stop and start again on the same port."""
+        self.stop()
+        return self.start()
+
+    def tail(self, lines: int = 40) -> str:
+        """Last lines of meshfit's log."""
+        return self.process.tail(lines) if self.process else f"--- meshfit (not started) {self.log_path}"

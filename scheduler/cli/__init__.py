@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "scheduler.cli.topology_cmd",   # meshfit topology show|export
     "scheduler.cli.place_cmd",      # meshfit place
     "scheduler.cli.serve_cmd",      # meshfit serve
+    "scheduler.cli.gangs_cmd",      # meshfit gangs
     "scheduler.cli.runtime_cmd",    # meshfit run | launch | render
     "scheduler.cli.demo_cmd",       # meshfit demo
     "scheduler.cli.simulate_cmd",   # meshfit simulate | plan

@@ -59,8 +59,16 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
     from scheduler.kube.binder import KubeBinder
 
     state = ClusterState(config, tolerations, ttl)
+    state.policy = policy  # the first list already re-holds the missing members of partly bound gangs
     threading.Thread(target=run_cache, args=(state, api_client), name="meshfit-cache", daemon=True).start()
     return state, KubeBinder(api_client)
+
+
+def kube_actions(binder: Any):
+    """Real mode's requeue / evict / Event actions, sharing the binder's API client."""
+    from scheduler.kube.actions import KubeActions
+
+    return KubeActions(binder.api_client)
 
 
 def kube_rank_table_publisher(binder: Any):
@@ -128,7 +136,12 @@ def register(app: typer.Typer) -> None:
         cluster: Optional[Path] = typer.Option(None, "--cluster", help="Embedded mode: NodeList/List file."),
         kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="Real mode: kubeconfig file."),
         policy: str = typer.Option("meshfit", "--policy", help="Placement policy."),
-        reservation_ttl: float = typer.Option(120.0, "--reservation-ttl", help="Seconds a gang reservation lives."),
+        reservation_ttl: float = typer.Option(120.0, "--reservation-ttl",
+                                              help="Seconds a reservation lives while no member is bound "
+                                                   "(refreshed by every member's progress)."),
+        completion_timeout: float = typer.Option(300.0, "--gang-completion-timeout",
+                                                 help="Seconds a partly bound gang may take to bind its last "
+                                                      "member before it is rolled back whole."),
         config: Optional[Path] = typer.Option(None, "--config", help="Topology config file (levels, links)."),
         toleration: list[str] = typer.Option([], "--toleration", help="Taint to tolerate (key[=value][:Effect])."),
         log_format: str = typer.Option("text", "--log-format", help="Log lines as text or json (one object a line)."),
@@ -142,6 +155,8 @@ def register(app: typer.Typer) -> None:
         from scheduler.service.server import PortError, bind_http_socket, serve_http
 
         reason = check_flags(port, grpc_port, reservation_ttl, cluster, kubeconfig)
+        if not reason and not (math.isfinite(completion_timeout) and completion_timeout > 0):
+            reason = f"--gang-completion-timeout must be a number of seconds > 0, got {completion_timeout}"
         if reason:
             fail(reason)
         try:
@@ -160,13 +175,14 @@ def register(app: typer.Typer) -> None:
                     from topology.config import load_config
 
                     cfg = load_config(config)
-                publisher = None  # embedded mode: rank tables in memory, at GET /ranktables/{namespace}/{job}
+                publisher = actions = None  # embedded mode: rank tables in memory, at GET /ranktables/{ns}/{job}
                 if cluster is not None:
                     state, binder = embedded_state(cluster, cfg, toleration, reservation_ttl)
                 else:
                     state, binder = real_state(kubeconfig, cfg, toleration, reservation_ttl, policy)
-                    publisher = kube_rank_table_publisher(binder)
-                scheduler, metrics = build_scheduler(state, binder, policy, publisher)
+                    publisher, actions = kube_rank_table_publisher(binder), kube_actions(binder)
+                scheduler, metrics = build_scheduler(state, binder, policy, publisher, actions,
+                                                     completion_timeout=completion_timeout)
                 grpc_server = _start_grpc(scheduler, grpc_port, host) if grpc_port else None
             except (ValueError, OSError, ImportError) as exc:
                 fail(str(exc))

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from scheduler.service import extender, volcano
+from scheduler.service.actions import ClusterActions
 from scheduler.service.binding import Binder, RankTablePublisher
 from scheduler.service.gcpolicy import GcPolicy
 from scheduler.service.ranktables import lookup_rank_table
@@ -38,11 +39,14 @@ log = logging.getLogger("meshfit.http")
 
 
 def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit",
-                    publisher: RankTablePublisher | None = None) -> tuple[GangScheduler, ServiceMetrics]:
+                    publisher: RankTablePublisher | None = None, actions: ClusterActions | None = None,
+                    **options: Any) -> tuple[GangScheduler, ServiceMetrics]:
     """A `GangScheduler` wired to a fresh `ServiceMetrics`; ValueError for an unknown policy.
 
     Rank tables go to `publisher` (real mode: `scheduler.kube.configmap.KubeRankTablePublisher`),
-    or stay in memory (`MemoryRankTables`, the embedded mode) when it is None.
+    or stay in memory (`MemoryRankTables`, the embedded mode) when it is None; requeues, evictions
+    and Events go to `actions` (real mode: `scheduler.kube.actions.KubeActions`, else recorded in
+    memory).  `options` go to `GangScheduler` (e.g. `completion_timeout`).
     """
     from plugins.policies import get_policy
 
@@ -50,7 +54,7 @@ def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit"
     metrics = ServiceMetrics(state)
     scheduler = GangScheduler(state, binder, policy, on_placed=metrics.observe_placement,
                               on_expired=metrics.observe_expiries, publisher=publisher,
-                              on_publish_failed=metrics.observe_publish_failure)
+                              on_publish_failed=metrics.observe_publish_failure, actions=actions, **options)
     return scheduler, metrics
 
 
@@ -173,6 +177,9 @@ def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[
     async def reservations(_: Request) -> Response:
         return JSONResponse(scheduler.reservations())
 
+    async def gangs(_: Request) -> Response:
+        return JSONResponse({"gangs": scheduler.gangs()})
+
     async def rank_table(request: Request) -> Response:
         namespace, name = request.path_params["namespace"], request.path_params["name"]
         if not scheduler.rank_tables.wait_idle(0):  # a filter just queued a publish: read after it
@@ -184,7 +191,7 @@ def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[
         return JSONResponse(configmap)
 
     return routes + [Route("/healthz", healthz), Route("/readyz", readyz),
-                     Route("/metrics", metrics_endpoint), Route("/reservations", reservations),
+                     Route("/metrics", metrics_endpoint), Route("/reservations", reservations), Route("/gangs", gangs),
                      Route("/ranktables/{namespace}/{name}", rank_table, methods=["GET"])]
 
 

@@ -9,7 +9,9 @@ through an `ActionDispatcher`, off the lock):
 - **Prompt members**: kube-scheduler 1.26 parks a pod that only an extender rejected for up to 5
   minutes.  When a gang is reserved, every member meshfit turned away earlier is requeued at once
   (`ClusterActions.requeue`: nominate the reserved node, touch an annotation); members of a reserved
-  gang not seen since are requeued again with exponential backoff (2 s doubling to 30 s).
+  gang not seen since are requeued with exponential backoff (2 s doubling to 30 s), and a member
+  refused after its last requeue (its node sampled out, a failed bind) half a second later.  Members
+  kube-scheduler is still working through are not touched: no patch storm on a burst.
 - **Completion or rollback** (the documented policy): a held slot whose node became unusable
   (deleted, cordoned, NotReady) is moved next to the gang's other members; if it cannot be (pod 0's
   rendezvous node is gone after others were told it), or if the gang is still not fully bound
@@ -114,8 +116,8 @@ class GangLifecycle:
                 continue
             self.told.pop(record.uid, None)
             self.dispatcher.event(self.pod_ref(record), "GangReserved", message, EVENT_NORMAL)
-            if by is None or record.uid != by.uid:
-                self._requeue(record, entry.node_of(record.member.index))
+            if record.uid in self.turned_away and (by is None or record.uid != by.uid):
+                self._requeue(record, entry.node_of(record.member.index))  # refused before: maybe parked
 
     def completed(self, entry: Reservation) -> None:
         """Every member is bound: log and tell the pods."""
@@ -289,18 +291,28 @@ class GangLifecycle:
     def rows(self) -> list[dict]:
         """`GET /gangs`: waiting gangs in queue order, then reserved / bound ones (call under the lock)."""
         rows = [w.to_json(i) for i, w in enumerate(self.queue.ordered(), 1)]
-        for key in sorted(self.state.ledger.entries):
-            entry = self.state.ledger.entries[key]
-            state = {"bound": "bound", "reserved": "reserved" if not entry.has_bound() else "binding"}.get(
-                entry.status, "incomplete")
-            priority = max((r.priority for r in self.members(key)), default=0)
-            reason = {"bound": "all members bound", "reserved": "reserved; members being scheduled",
-                      "binding": f"{entry.bound_count()} of {len(entry.gang.pods)} bound, the rest held",
-                      }.get(state, f"{entry.bound_count()} bound, {len(entry.missing_indices())} member(s) being "
-                                   f"re-placed")
+        ledger = self.state.ledger.entries
+        for key in sorted(set(ledger) | set(self.rolling_back)):
+            members = self.members(key)
+            row = {"gang": key, "position": None, "priority": max((r.priority for r in members), default=0),
+                   "bound": sum(1 for r in members if r.node)}
+            entry = ledger.get(key)
+            if entry is not None:
+                row.update(pods=len(entry.gang.pods), gpus_per_pod=entry.gang.gpus_per_pod)
+                row["state"], row["reason"] = _entry_state(entry)
             if key in self.rolling_back:
-                state, reason = "rolling-back", "evicted members terminating; placed afresh afterwards"
-            rows.append({"gang": key, "state": state, "position": None, "priority": priority,
-                         "pods": len(entry.gang.pods), "gpus_per_pod": entry.gang.gpus_per_pod,
-                         "bound": entry.bound_count(), "reason": reason})
+                row["state"], row["reason"] = "rolling-back", "evicted members terminating; placed afresh afterwards"
+            rows.append(row)
         return rows
+
+
+def _entry_state(entry: Reservation) -> tuple[str, str]:
+    """(state, reason in plain words) of a ledger entry for `GET /gangs`."""
+    bound, size = entry.bound_count(), len(entry.gang.pods)
+    if entry.status == "bound":
+        return "bound", "all members bound"
+    if entry.status == "reserved" and not entry.has_bound():
+        return "reserved", "reserved; members being scheduled onto their nodes"
+    if entry.status == "reserved":
+        return "binding", f"{bound} of {size} bound, the rest held for them"
+    return "incomplete", f"{bound} of {size} bound, {len(entry.missing_indices())} member(s) being re-placed"

@@ -389,6 +389,11 @@ class GangScheduler:
             entry = self.state.ledger.get(gang_key)
             return entry.to_json() if entry is not None else None
 
+    def gangs(self) -> list[dict[str, Any]]:
+        """`GET /gangs`: every gang waiting (in queue order, with its position and reason), reserved or bound."""
+        with self.state.lock:
+            return self.lifecycle.rows()
+
     def reservations(self) -> list[dict[str, Any]]:
         """Every reservation as `/reservations` JSON."""
         with self.state.lock:

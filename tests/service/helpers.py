@@ -108,13 +108,15 @@ class Service:
 
 
 def make_service(nodes: list[dict] | None = None, policy: str = "first-fit", ttl: float = 120.0,
-                 pods: list[dict] | None = None) -> Service:
-    """A service over `nodes` (default: 2 racks x 4 nodes x 8 GPUs)."""
+                 pods: list[dict] | None = None, rebuild: bool = False, **options) -> Service:
+    """A service over `nodes` (default: 2 racks x 4 nodes x 8 GPUs); `rebuild` re-holds the missing members
+    of partly bound gangs at the first list, as `meshfit serve` does; `options` go to `GangScheduler`."""
     clock = FakeClock()
     state = ClusterState(ttl_seconds=ttl, clock=clock)
+    state.policy = policy if rebuild else None
     state.replace_all(nodes if nodes is not None else make_nodes(), pods or [], [])
     binder = MemoryBinder()
-    scheduler, metrics = build_scheduler(state, binder, policy)
+    scheduler, metrics = build_scheduler(state, binder, policy, **options)
     client = TestClient(create_app(scheduler, metrics))
     return Service(state, scheduler, binder, client, clock)
 

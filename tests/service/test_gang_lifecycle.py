@@ -1,0 +1,177 @@
+"""meshfit's gang queue and lifecycle in process: order, backfill, prompt requeues, rollback, races, restart."""
+
+from __future__ import annotations
+
+from scheduler.service.actions import MemoryActions
+from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_pod, make_service
+
+
+def prioritized(pod: dict, priority: int) -> dict:
+    """`pod` with `spec.priority` set (what PriorityClass admission writes)."""
+    pod["spec"]["priority"] = priority
+    return pod
+
+
+def service_with(nodes: int = 8, **options):
+    """A service over `nodes` 8-GPU nodes in one rack, with recorded actions run inline."""
+    actions = MemoryActions()
+    service = make_service(make_nodes(racks=1, nodes_per_rack=nodes), actions=actions, synchronous_actions=True,
+                           **options)
+    return service, actions
+
+
+def bind_gang(service, name: str, size: int, gpus: int = 8) -> list[dict]:
+    """Filter and bind every member of a gang; returns the pods."""
+    pods = [gang_pod(name, i, size, gpus) for i in range(size)]
+    for pod in pods:
+        service.state.upsert_pod(pod)
+    for pod in pods:
+        [node] = filter_nodes(service.filter(pod))
+        assert service.bind(pod, node) == {"Error": ""}
+    return pods
+
+
+def delete_gang(service, pods: list[dict]) -> None:
+    """Every member deleted (the job finished)."""
+    for pod in pods:
+        service.state.delete_pod("default", pod["metadata"]["name"])
+
+
+def gang_rows(service) -> dict[str, dict]:
+    """`GET /gangs` by gang key."""
+    return {row["gang"]: row for row in service.client.get("/gangs").json()["gangs"]}
+
+
+def test_a_big_gang_is_not_starved_by_a_stream_of_small_ones():
+    service, _ = service_with(nodes=8)
+    old = bind_gang(service, "old", 6)  # 2 of 8 nodes free
+    big = gang_pod("big", 0, 4)
+    assert filter_nodes(service.filter(big)) == []  # needs 4 whole nodes: waits, head of the queue
+    for i in range(3):  # each would fit on the 2 free nodes, but takes whole nodes the head waits for
+        small = gang_pod(f"small{i}", 0, 1)
+        reply = service.filter(small)
+        assert filter_nodes(reply) == [] and "waits behind gang default/big" in next(iter(reply["FailedNodes"].values()))
+    rows = gang_rows(service)
+    assert [rows[k]["position"] for k in ("default/big", "default/small0", "default/small2")] == [1, 2, 4]
+    delete_gang(service, old)
+    service.scheduler.tick()  # capacity freed: the queue is re-evaluated in order
+    rows = gang_rows(service)
+    assert rows["default/big"]["state"] == "reserved"
+    assert all(rows[f"default/small{i}"]["state"] == "reserved" for i in range(3))  # 8 - 4 nodes left: all fit
+
+
+def test_backfill_that_costs_the_head_nothing_goes_first():
+    running = [make_pod(f"run{i}", 4, node=f"n-0-{i}", phase="Running") for i in range(3)]
+    service, _ = service_with(nodes=4, pods=running)  # three nodes half used, one node whole
+    assert filter_nodes(service.filter(gang_pod("big", 0, 2))) == []  # two whole nodes: only one exists
+    half = gang_pod("half", 0, 1, gpus=4)  # fits in a half-used node: the head loses no slot
+    assert len(filter_nodes(service.filter(half))) == 1
+    whole = gang_pod("whole", 0, 1, gpus=8)  # would take the one whole node the head needs
+    assert filter_nodes(service.filter(whole)) == []
+
+
+def test_higher_priority_goes_ahead_of_earlier_arrivals():
+    service, _ = service_with(nodes=4)
+    old = bind_gang(service, "old", 4)
+    service.filter(gang_pod("early", 0, 2))
+    service.filter(prioritized(gang_pod("urgent", 0, 3), 100))
+    assert [r["gang"] for r in service.client.get("/gangs").json()["gangs"][:2]] == ["default/urgent", "default/early"]
+    delete_gang(service, old)
+    service.scheduler.tick()
+    rows = gang_rows(service)
+    assert rows["default/urgent"]["state"] == "reserved" and rows["default/early"]["state"] == "waiting"
+
+
+def test_members_turned_away_are_requeued_with_their_node_when_the_gang_is_reserved():
+    service, actions = service_with(nodes=4)
+    old = bind_gang(service, "old", 4)
+    pods = [gang_pod("next", i, 2) for i in range(2)]
+    for pod in pods:
+        assert filter_nodes(service.filter(pod)) == []
+    delete_gang(service, old)
+    service.scheduler.tick()
+    entry = service.state.ledger.get("default/next")
+    requeued = {(c.pod.name, c.detail) for c in actions.of("requeue")}
+    assert requeued == {(f"next-{i}", entry.node_of(i)) for i in range(2)}
+    assert {c.reason for c in actions.of("event") if c.pod.name == "next-0"} >= {"GangWaiting", "GangReserved"}
+
+
+def test_a_member_never_seen_again_is_requeued_with_backoff():
+    service, actions = service_with(nodes=4)
+    pods = [gang_pod("g", i, 2) for i in range(2)]
+    service.state.upsert_pod(pods[1])
+    assert filter_nodes(service.filter(pods[0]))  # reserves the gang; member 1 is known but never filtered
+    times = []
+    for _ in range(40):
+        service.clock.advance(1.0)
+        before = len(actions.of("requeue"))
+        service.scheduler.tick()
+        if len(actions.of("requeue")) > before:
+            times.append(service.clock.now)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert times and gaps == sorted(gaps) and gaps[-1] > gaps[0]  # 2 s, 4 s, 8 s, 16 s...
+
+
+def test_a_gang_stuck_partly_bound_is_rolled_back_whole():
+    service, actions = service_with(nodes=4, completion_timeout=60.0)
+    pods = [gang_pod("g", i, 2) for i in range(2)]
+    service.state.upsert_pod(pods[1])
+    [node] = filter_nodes(service.filter(pods[0]))
+    assert service.bind(pods[0], node) == {"Error": ""}
+    service.clock.advance(30.0)
+    service.scheduler.tick()
+    assert not actions.of("evict") and service.state.ledger.get("default/g").slots[1].state == "reserved"
+    service.clock.advance(31.0)
+    service.scheduler.tick()
+    assert [c.pod.name for c in actions.of("evict")] == ["g-0"]
+    assert gang_rows(service)["default/g"]["state"] == "rolling-back"
+    reply = service.filter(pods[1])  # not placed next to the doomed member
+    assert filter_nodes(reply) == [] and "rolled back" in next(iter(reply["FailedNodes"].values()))
+    service.state.delete_pod("default", "g-0")  # the eviction lands
+    service.scheduler.tick()
+    assert filter_nodes(service.filter(pods[1]))  # placed afresh, whole
+
+
+def test_a_ttl_sweep_during_a_bind_cannot_free_the_slot():
+    service, _ = service_with(nodes=2, ttl=10.0)
+    pods = [gang_pod("g", i, 2) for i in range(2)]
+    [node] = filter_nodes(service.filter(pods[0]))
+    real_bind = service.binder.bind
+
+    def slow_bind(*args):
+        service.clock.advance(11.0)  # the reservation's TTL passes while the Binding call is in flight
+        assert service.scheduler.sweep() == []
+        real_bind(*args)
+
+    service.scheduler.binder.bind = slow_bind
+    assert service.bind(pods[0], node) == {"Error": ""}
+    other = gang_pod("other", 0, 2)
+    assert filter_nodes(service.filter(other)) == []  # both nodes still held by g: nothing double-booked
+    service.state.topology.check_invariants()
+
+
+def test_a_failed_bind_leaves_the_slot_held_and_the_pod_unannotated():
+    service, _ = service_with(nodes=2)
+    pods = [gang_pod("g", i, 2) for i in range(2)]
+    [node] = filter_nodes(service.filter(pods[0]))
+
+    def failing_bind(*args):
+        raise RuntimeError("HTTP 500 from the API server")
+
+    service.scheduler.binder.bind = failing_bind
+    assert "HTTP 500" in service.bind(pods[0], node)["Error"]
+    slot = service.state.ledger.get("default/g").slots[0]
+    assert (slot.state, slot.node) == ("reserved", node)
+    assert service.state.pod("default", "g-0").node is None
+
+
+def test_a_restart_re_holds_missing_members_before_any_filter():
+    bound = [gang_pod("g", i, 4, node=f"n-0-{i}", phase="Running") for i in range(2)]
+    pending = gang_pod("g", 2, 4)
+    pending["status"]["nominatedNodeName"] = "n-0-5"
+    service = make_service(make_nodes(racks=1, nodes_per_rack=8), pods=[*bound, pending], rebuild=True)
+    entry = service.state.ledger.get("default/g")
+    assert entry.missing_indices() == [] and entry.node_of(2) == "n-0-5"
+    intruder = gang_pod("intruder", 0, 6)  # 8 nodes, 4 held by g: a 6-node gang cannot take g's slots
+    assert filter_nodes(service.filter(intruder)) == []
+    service.state.topology.check_invariants()

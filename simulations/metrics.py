@@ -24,7 +24,9 @@ SUMMARY_KEYS = ("jobs", "completed", "jct_mean", "jct_p50", "jct_p99", "queue_me
                 "fragmentation_mean", "comm_slowdown_mean", "ettr")
 """Per-policy keys of `summary.json`, in DESIGN order."""
 SAMPLE_COLUMNS = ("time", "busy_gpus", "utilization", "queued_jobs", "running_jobs", "free_gpus",
-                  "stranded_gpus", "fragmentation", "nvlink_domains_broken", "nodes_down")
+                  "stranded_gpus", "fragmentation", "nvlink_domains_broken", "nodes_down", "ideal_utilization")
+"""Time-series columns; `utilization` counts GPUs held (stretched runtime), `ideal_utilization` the GPU-seconds
+an ideal placement would need for the same progress (GPUs / runtime stretch)."""
 JOB_COLUMNS = ("job_id", "gpus", "submit", "first_start", "end", "queue_delay", "jct", "status", "reason",
                "comm_slowdown", "comm_ratio", "widest_tier", "restarts", "productive_seconds", "lost_seconds")
 

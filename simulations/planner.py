@@ -137,11 +137,11 @@ def run_plan(candidate_files: list[Path], workload_file: Path | None, synthetic:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "plan.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        from simulations.plots import plot_jct_cdf, plot_plan, plot_series
+        from simulations.plots import plot_jct_cdf, plot_plan, plot_utilization
 
         plot_plan(out / "plan.png", ranked)
         plot_jct_cdf(out / "jct_cdf.png", results, False, multi_cluster=True)
-        plot_series(out / "utilization.png", results, "utilization", "GPU utilisation", False, multi_cluster=True)
+        plot_utilization(out / "utilization.png", results, False, multi_cluster=True)
     return document
 
 

@@ -1,9 +1,16 @@
-"""Matplotlib (Agg) plots: JCT CDF, utilisation over time, queue length over time, planner bars."""
+"""Matplotlib (Agg) plots: JCT CDF, utilisation over time, queue length over time, planner bars.
+
+Every run gets its own colour, marker and line style, so runs that coincide stay visible (later
+runs are drawn thinner on top of earlier ones); every plot has a title and units.  The utilisation
+plot counts *ideal* GPU-seconds: a running job adds its GPUs divided by its runtime stretch, so a
+policy whose layouts slow jobs down does not look busier for it.
+"""
 
 from __future__ import annotations
 
+from itertools import cycle
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import matplotlib
 
@@ -13,6 +20,21 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from simulations.metrics import JOB_COLUMNS, SAMPLE_COLUMNS, RunResult  # noqa: E402
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINESTYLES = ("-", "--", "-.", ":")
+MARKS_PER_LINE = 12
+"""Markers drawn along each line (not on every point, so dense series stay readable)."""
+UTILIZATION_TITLE = "GPU utilisation counting ideal GPU-seconds (GPUs / runtime stretch)"
+QUEUE_TITLE = "Queued jobs over time"
+
+
+def series_styles() -> Iterator[dict[str, Any]]:
+    """Endless distinct styles: colour, marker and line style change together; width shrinks per run."""
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (colour, marker, style) in enumerate(zip(cycle(colours), cycle(MARKERS), cycle(LINESTYLES))):
+        yield {"color": colour, "marker": marker, "linestyle": style, "linewidth": max(2.2 - 0.3 * index, 0.8),
+               "markersize": 5, "markerfacecolor": "none", "alpha": 0.9}
 
 
 def _label(result: RunResult, multi_seed: bool, multi_cluster: bool = False) -> str:
@@ -30,58 +52,72 @@ def _save(fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
+def _marks(points: int) -> int:
+    return max(points // MARKS_PER_LINE, 1)
+
+
 def plot_jct_cdf(path: Path, results: list[RunResult], multi_seed: bool, multi_cluster: bool = False) -> None:
     """Empirical CDF of job completion times per run (log x axis)."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     col = JOB_COLUMNS.index("jct")
-    for result in results:
+    for result, style in zip(results, series_styles()):
         jct = np.sort(np.array([row[col] for row in result.jobs if row[col] != ""], dtype=float))
         if jct.size:
             ax.step(np.maximum(jct, 1.0), np.arange(1, jct.size + 1) / jct.size, where="post",
-                    label=_label(result, multi_seed, multi_cluster))
+                    label=_label(result, multi_seed, multi_cluster), markevery=_marks(jct.size), **style)
     ax.set_xscale("log")
-    ax.set_xlabel("job completion time (s)")
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title("JCT CDF")
+    ax.set_xlabel("job completion time (s, log scale)")
+    ax.set_ylabel("fraction of jobs completed")
+    ax.set_title("Job completion time CDF")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     _save(fig, path)
 
 
 def plot_series(path: Path, results: list[RunResult], column: str, ylabel: str, multi_seed: bool,
-                multi_cluster: bool = False) -> None:
-    """One time-series column per run against simulated hours."""
+                multi_cluster: bool = False, title: str | None = None) -> None:
+    """One time-series column per run against simulated hours, titled (default: the y label over time)."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     index = SAMPLE_COLUMNS.index(column)
-    for result in results:
+    for result, style in zip(results, series_styles()):
         if result.samples:
             times = np.array([row[0] for row in result.samples], dtype=float) / 3600.0
-            ax.plot(times, [row[index] for row in result.samples], linewidth=1.0,
-                    label=_label(result, multi_seed, multi_cluster))
+            ax.plot(times, [row[index] for row in result.samples], label=_label(result, multi_seed, multi_cluster),
+                    markevery=_marks(len(times)), **style)
     ax.set_xlabel("simulated time (h)")
     ax.set_ylabel(ylabel)
+    ax.set_title(title or f"{ylabel} over time")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     _save(fig, path)
 
 
+def plot_utilization(path: Path, results: list[RunResult], multi_seed: bool, multi_cluster: bool = False) -> None:
+    """Utilisation over time counting ideal GPU-seconds (share of the cluster's GPUs, 0-1)."""
+    plot_series(path, results, "ideal_utilization", "share of GPUs doing ideal work (0-1)", multi_seed,
+                multi_cluster, title=UTILIZATION_TITLE)
+
+
 def plot_runs(out_dir: Path, results: list[RunResult], multi_seed: bool, multi_cluster: bool = False) -> None:
     """The standard plot set of a simulation directory."""
     plot_jct_cdf(out_dir / "jct_cdf.png", results, multi_seed, multi_cluster)
-    plot_series(out_dir / "utilization.png", results, "utilization", "GPU utilisation", multi_seed, multi_cluster)
-    plot_series(out_dir / "queue_length.png", results, "queued_jobs", "queued jobs", multi_seed, multi_cluster)
+    plot_utilization(out_dir / "utilization.png", results, multi_seed, multi_cluster)
+    plot_series(out_dir / "queue_length.png", results, "queued_jobs", "queued jobs (count)", multi_seed,
+                multi_cluster, title=QUEUE_TITLE)
 
 
 def plot_plan(path: Path, rows: list[dict[str, Any]]) -> None:
     """Bar charts comparing planner candidates: mean JCT, utilisation, cost per useful GPU-hour."""
     names = [row["candidate"] for row in rows]
-    metrics = [("jct_mean", "mean JCT (s)"), ("utilization", "utilisation"),
-               ("cost_per_useful_gpu_hour", "cost / useful GPU-h")]
+    metrics = [("jct_mean", "mean JCT", "seconds"), ("utilization", "GPU utilisation (GPUs held)", "share 0-1"),
+               ("cost_per_useful_gpu_hour", "cost per useful GPU-hour", "price units / GPU-h")]
     fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 4))
-    for ax, (key, title) in zip(axes, metrics):
+    for ax, (key, title, unit) in zip(axes, metrics):
         values = [row.get(key) or 0.0 for row in rows]
         ax.bar(range(len(names)), values, color="tab:blue")
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
         ax.set_title(title)
+        ax.set_ylabel(unit)
         ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle("Candidate topologies on the same workload")
     _save(fig, path)

@@ -76,4 +76,4 @@ class Sampler:
         broken = int(np.count_nonzero(domain_free[touched] > 0))
         down = int(up.size - np.count_nonzero(up))
         return (sim.busy, round(sim.busy / total, 6), len(sim.queue), len(sim.running_by_end), free, stranded,
-                round(stranded / total, 6), broken, down)
+                round(stranded / total, 6), broken, down, round(max(sim.ideal_busy, 0.0) / total, 6))

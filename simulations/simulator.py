@@ -71,6 +71,9 @@ class Simulator:
         self.busy = 0
         self.busy_gpu_seconds = 0.0
         self.window_busy = 0.0
+        self.ideal_busy = 0.0
+        """Running GPUs weighted by 1 / runtime stretch: the GPU-seconds per second an ideal placement would need."""
+        self.window_ideal = 0.0
         self.window_end = workload.jobs[-1].submit if workload.jobs else 0.0
         """Utilisation is measured over the arrival window [first submit, last submit]."""
         self.now = workload.jobs[0].submit if workload.jobs else 0.0
@@ -104,6 +107,7 @@ class Simulator:
             self.busy_gpu_seconds += self.busy * (when - self.now)
             if self.now < self.window_end:
                 self.window_busy += self.busy * (min(when, self.window_end) - self.now)
+                self.window_ideal += self.ideal_busy * (min(when, self.window_end) - self.now)
             self.now = when
 
     # ----- job lifecycle -----------------------------------------------------------------
@@ -128,6 +132,7 @@ class Simulator:
         rj.begin(self.now, nodes, slowdown, comm_ratio, self.config.failures.restart_minutes * 60.0)
         rj.tier = _widest_tier(placement)
         self.busy += rj.gpus
+        self.ideal_busy += rj.gpus / max(slowdown, 1e-12)
         for node in rj.usage:
             self.jobs_on_node.setdefault(node, set()).add(rj.order[2])
         bisect.insort(self.running_by_end, (rj.end, rj.order[2], rj))
@@ -137,6 +142,7 @@ class Simulator:
         """Release a running job's GPUs and bookkeeping (before finish / interrupt)."""
         engine.release(rj.gang, self.topo)
         self.busy -= rj.gpus
+        self.ideal_busy = self.ideal_busy - rj.gpus / max(rj.slowdown, 1e-12) if self.busy else 0.0
         for node in rj.usage:
             self.jobs_on_node[node].discard(rj.order[2])
         del self.running_by_end[bisect.bisect_left(self.running_by_end, (rj.end, rj.order[2], rj))]
@@ -320,6 +326,9 @@ class Simulator:
         info = details(self.jobs, dict(self.counters), span)
         info["busy_gpu_hours"] = round(self.busy_gpu_seconds / 3600.0, 6)
         info["capacity_gpu_hours"] = round(self.total_gpus * (span[1] - span[0]) / 3600.0, 6)
+        length = max(window[1] - window[0], 1e-9)
+        # like `utilization`, but counting ideal GPU-seconds (what the same progress takes on the ideal layout)
+        info["ideal_utilization"] = round(self.window_ideal / (self.total_gpus * length), 6)
         return RunResult(self.policy_name, self.cluster_name, self.config.seed, self.total_gpus, summary, info,
                          samples, [job_row(rj) for rj in self.jobs], self.counters["events"], wall)
 

@@ -31,7 +31,7 @@ def reference_row(sampler: Sampler, sim) -> tuple:
             touched.add(node.path[sampler.level])
     broken = sum(1 for d in touched if topo.domains[d].gpus_free > 0)
     return (sim.busy, round(sim.busy / total, 6), len(sim.queue), len(sim.running_by_end), free, stranded,
-            round(stranded / total, 6), broken, down)
+            round(stranded / total, 6), broken, down, round(sim.ideal_busy / total, 6))
 
 
 def shuffle_state(topo, rng: random.Random, steps: int) -> None:
@@ -54,8 +54,9 @@ def shuffle_state(topo, rng: random.Random, steps: int) -> None:
 
 def fake_sim(topo, rng: random.Random):
     """The few simulator attributes a sample reads."""
-    return SimpleNamespace(total_gpus=topo.gpus_total, busy=rng.randint(0, topo.gpus_total), queue=[1] * 3,
-                           running_by_end=[1] * 2)
+    busy = rng.randint(0, topo.gpus_total)
+    return SimpleNamespace(total_gpus=topo.gpus_total, busy=busy, ideal_busy=busy / rng.uniform(1.0, 2.0),
+                           queue=[1] * 3, running_by_end=[1] * 2)
 
 
 PRESETS = [("hgx-h100", 24), ("gb200-nvl72", 36), ("gke-a3", 16), ("aws-p5", 20)]

@@ -1,0 +1,73 @@
+"""Simulation plots people can read: distinct overlapping series, titles and units everywhere, and a
+utilisation that counts ideal GPU-seconds so a slower policy does not look busier."""
+
+from __future__ import annotations
+
+from itertools import islice
+
+import pytest
+
+from simulations import plots
+from simulations.metrics import SAMPLE_COLUMNS
+from simulations.synthetic import generate
+from tests.simulations.sim_builders import make_workload, simulate
+
+
+@pytest.fixture(scope="module")
+def stretched_run():
+    """A GB200 run of tp=16 jobs on 4-GPU trays: layouts stretch runtimes, so ideal < held utilisation."""
+    workload = generate(40, 144, seed=3, load=0.9, max_tp=16)
+    return simulate(workload, "first-fit", nodes=36, preset="gb200-nvl72")[1]
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every figure a plot function saves, instead of writing it."""
+    saved = []
+
+    def keep(fig, path):
+        saved.append((fig, path))
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return saved
+
+
+def test_series_styles_differ_in_marker_and_line_style():
+    styles = list(islice(plots.series_styles(), 4))
+    assert len({(s["marker"], s["linestyle"]) for s in styles}) == 4
+    assert len({s["color"] for s in styles}) == 4
+    assert [s["linewidth"] for s in styles] == sorted((s["linewidth"] for s in styles), reverse=True)
+
+
+def test_every_plot_has_a_title_and_axis_units(tmp_path, figures):
+    _, result = simulate(make_workload(), "first-fit")
+    twin = simulate(make_workload(), "kueue-tas")[1]
+    plots.plot_runs(tmp_path, [result, twin], multi_seed=False)
+    plots.plot_plan(tmp_path / "plan.png", [{"candidate": "a", "jct_mean": 10.0, "utilization": 0.5,
+                                             "cost_per_useful_gpu_hour": 2.0}])
+    assert [path.name for _, path in figures] == ["jct_cdf.png", "utilization.png", "queue_length.png", "plan.png"]
+    for fig, path in figures:
+        for ax in fig.axes:
+            assert ax.get_title() and ax.get_ylabel(), path.name
+    assert "(s" in figures[0][0].axes[0].get_xlabel()
+    assert all(fig.axes[0].get_xlabel() == "simulated time (h)" for fig, _ in figures[1:3])
+    assert [ax.get_ylabel() for ax in figures[3][0].axes] == ["seconds", "share 0-1", "price units / GPU-h"]
+    utilization_axes = figures[1][0].axes[0]
+    assert "ideal GPU-seconds" in utilization_axes.get_title()
+    lines = utilization_axes.get_lines()
+    assert len(lines) == 2 and lines[0].get_marker() != lines[1].get_marker()
+    assert lines[0].get_linestyle() != lines[1].get_linestyle()
+
+
+def test_ideal_utilization_never_exceeds_gpus_held(stretched_run):
+    held, ideal = SAMPLE_COLUMNS.index("utilization"), SAMPLE_COLUMNS.index("ideal_utilization")
+    assert all(row[ideal] <= row[held] + 1e-6 for row in stretched_run.samples)
+    assert stretched_run.details["ideal_utilization"] < stretched_run.summary["utilization"]
+    assert stretched_run.details["ideal_utilization"] > 0
+
+
+def test_ideal_utilization_equals_held_without_stretch():
+    single_gpu_jobs = make_workload([(10.0 * i, 300.0, 1) for i in range(12)])  # no communication, no stretch
+    _, result = simulate(single_gpu_jobs, "first-fit")
+    assert result.summary["utilization"] > 0
+    assert result.details["ideal_utilization"] == pytest.approx(result.summary["utilization"], abs=1e-6)

@@ -185,4 +185,4 @@ def test_kueue_example_wires_flavor_topology_and_queues():
 def test_example_pytorchjob_is_a_valid_gang():
     gang = load_job(MANIFESTS / "example-pytorchjob.yaml")
     assert (gang.key, len(gang.pods), gang.world_size) == ("ml/llama-70b", 16, 128)
-    assert gang.constraint.required_level == "network.topology.nvidia.com/spine"
+    assert gang.constraint.required_level == "spine"  # a role: resolved per scheme (Topograph, GKE, AWS)

@@ -6,6 +6,7 @@ Kubernetes manifests lives in `scheduler.manifests`, reading pods in the gang-so
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -31,6 +32,16 @@ DEFAULT_RANK_ORDER = "tp-cp-ep-dp-pp"
 AUTO_RANK_ORDER = "auto"
 
 
+MAX_GANG_PODS = 100_000
+"""Most pods one gang may declare (gang-size annotation, PodGroup minMember, gRPC `pods`, world size / GPUs):
+far above any cluster meshfit serves (a gang larger than the cluster could never start anyway), and low
+enough that building its pod slots stays cheap.  Larger counts are refused with a reason, never allocated."""
+MAX_GPUS_PER_POD = 1_024
+"""Most GPUs one gang pod may request (no node has more; larger requests are refused with a reason)."""
+MAX_WORLD_SIZE = MAX_GANG_PODS * 64
+"""Most ranks a parallelism annotation may describe (each degree, and their product)."""
+
+
 class JobSpecError(ValueError):
     """A job description that cannot be placed as written (bad annotation, inconsistent sizes)."""
 
@@ -49,13 +60,15 @@ def parse_key_values(text: str, what: str) -> dict[str, str]:
     return pairs
 
 
-def _positive_int(value: str, what: str) -> int:
+def _positive_int(value: str, what: str, maximum: int = MAX_WORLD_SIZE) -> int:
     try:
         number = float(value)
     except ValueError:
         raise JobSpecError(f"{what} must be a positive integer, got {value!r}") from None
-    if number != int(number) or number < 1:
+    if not math.isfinite(number) or number != int(number) or number < 1:
         raise JobSpecError(f"{what} must be a positive integer, got {value!r}")
+    if number > maximum:
+        raise JobSpecError(f"{what} must be at most {maximum}, got {value!r}")
     return int(number)
 
 
@@ -76,7 +89,11 @@ class Parallelism:
         unknown = sorted(set(pairs) - set(AXES))
         if unknown:
             raise JobSpecError(f"{ANNOTATION_PARALLELISM}: unknown axis {unknown[0]!r} (known: {', '.join(AXES)})")
-        return cls(**{k: _positive_int(v, f"{ANNOTATION_PARALLELISM} {k}") for k, v in pairs.items()})
+        par = cls(**{k: _positive_int(v, f"{ANNOTATION_PARALLELISM} {k}") for k, v in pairs.items()})
+        if par.world_size > MAX_WORLD_SIZE:
+            raise JobSpecError(f"{ANNOTATION_PARALLELISM}: world size {par.world_size} ({text!r}) is above "
+                               f"the most meshfit accepts, {MAX_WORLD_SIZE}")
+        return par
 
     @property
     def world_size(self) -> int:
@@ -147,10 +164,10 @@ class ModelShape:
                     values[attr] = float(value)
                 except ValueError:
                     raise JobSpecError(f"{ANNOTATION_MODEL}: params must be a number, got {value!r}") from None
-                if values[attr] <= 0:
-                    raise JobSpecError(f"{ANNOTATION_MODEL}: params must be > 0")
+                if not math.isfinite(values[attr]) or values[attr] <= 0:
+                    raise JobSpecError(f"{ANNOTATION_MODEL}: params must be a finite number > 0, got {value!r}")
             else:
-                values[attr] = _positive_int(value, f"{ANNOTATION_MODEL} {key}")
+                values[attr] = _positive_int(value, f"{ANNOTATION_MODEL} {key}", maximum=10**12)
         return cls(**values)
 
     def micro_batches(self, dp: int) -> int:

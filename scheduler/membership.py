@@ -15,6 +15,8 @@ from plugins.gangs.base import GangMembership
 from scheduler.jobs import (
     DEFAULT_RANK_ORDER,
     Gang,
+    MAX_GANG_PODS,
+    MAX_GPUS_PER_POD,
     JobSpecError,
     ModelShape,
     Parallelism,
@@ -37,11 +39,14 @@ def identify(pod: dict, lookup: Lookup | None = None) -> GangMembership | None:
 
 
 def pod_gpus(pod: dict) -> int:
-    """GPUs the pod requests; JobSpecError for a malformed quantity."""
+    """GPUs the pod requests; JobSpecError for a malformed quantity or more than `MAX_GPUS_PER_POD`."""
     try:
-        return pod_gpu_request(pod)
+        gpus = pod_gpu_request(pod)
     except TopologyError as exc:
         raise JobSpecError(str(exc)) from None
+    if gpus > MAX_GPUS_PER_POD:
+        raise JobSpecError(f"the pod requests {gpus} GPUs; at most {MAX_GPUS_PER_POD} per pod are accepted")
+    return gpus
 
 
 def membership_signature(member: Any) -> tuple:
@@ -66,6 +71,10 @@ def gang_from_membership(member: Any, pod_names: dict[int, str] | None = None) -
     namespace, _, name = member.gang_key.partition("/")
     names = pod_names or {}
     gpus = member.gpus_per_pod
+    if not 1 <= member.size <= MAX_GANG_PODS:  # every source ends here: never size a tuple by an unchecked count
+        raise JobSpecError(f"gang {member.gang_key}: {member.size} pods; between 1 and {MAX_GANG_PODS} are accepted")
+    if not 0 <= gpus <= MAX_GPUS_PER_POD:
+        raise JobSpecError(f"gang {member.gang_key}: {gpus} GPUs per pod; at most {MAX_GPUS_PER_POD} are accepted")
     pods = tuple(PodSlot(i, names.get(i, f"{name}-{i}"), gpus) for i in range(member.size))
     return Gang(
         namespace=namespace, name=name, pods=pods,

@@ -202,7 +202,7 @@ class ClusterState:
         spec, status = pod.get("spec"), pod.get("status")
         priority = _int_or_zero(spec.get("priority") if isinstance(spec, dict) else 0)
         nominated = str((status.get("nominatedNodeName") if isinstance(status, dict) else "") or "")
-        if known is not None and known.fingerprint == fingerprint:
+        if known is not None and known.fingerprint == fingerprint and (known.namespace, known.name) == (namespace, name):
             return PodRecord(uid, namespace, name, known.gpus, node, phase, known.member,
                              known.member_error, fingerprint, known.given if node else None, priority, nominated,
                              known.cached_signature)
@@ -248,6 +248,9 @@ class ClusterState:
 
     def _index(self, record: PodRecord) -> None:
         old = self.pods.get(record.uid)
+        if old is not None and (old.namespace, old.name) != (record.namespace, record.name):
+            self._forget(old)  # the uid now names another pod: the old one is gone, with its name, GPUs and slot
+            old = None
         if old is not None and old.member is not None:
             self.gang_index.get(old.member.gang_key, {}).pop(old.uid, None)
         self.pods[record.uid] = record

@@ -68,9 +68,13 @@ def parse_toleration(spec: str | Mapping[str, Any] | Toleration) -> Toleration:
     return Toleration(key, "Equal" if has_value else "Exists", value, effect)
 
 
+MAX_GPU_QUANTITY = 1_000_000
+"""Largest GPU quantity read from a node or pod; anything above it is refused as malformed."""
+
+
 def parse_gpu_quantity(raw: Any, where: str) -> int:
     """A whole, non-negative GPU count from a Kubernetes quantity (`8`, `"8"`, `"8.0"`); else TopologyError."""
-    if isinstance(raw, str) and raw.isdigit() and raw.isascii():
+    if isinstance(raw, str) and raw.isdigit() and raw.isascii() and len(raw) <= 6:
         return int(raw)
     if isinstance(raw, bool):
         raise TopologyError(f"{where}: GPU quantity must be a number, got {raw!r}")
@@ -86,6 +90,8 @@ def parse_gpu_quantity(raw: Any, where: str) -> int:
             raise TopologyError(f"{where}: GPU quantity {raw!r} is not a number")
     if value < 0:
         raise TopologyError(f"{where}: negative GPU quantity {raw!r}")
+    if value > MAX_GPU_QUANTITY:  # before int(): "1e999999999" would take minutes to expand
+        raise TopologyError(f"{where}: GPU quantity {str(raw)[:40]!r} is above {MAX_GPU_QUANTITY}")
     if value != value.to_integral_value():
         raise TopologyError(f"{where}: GPU quantity {raw!r} is not a whole number")
     return int(value)

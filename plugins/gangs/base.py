@@ -20,7 +20,7 @@ from scheduler.jobs import (
     pick_topology_level,
     ANNOTATION_MODEL, ANNOTATION_PARALLELISM, ANNOTATION_PREFERRED_LEVEL, ANNOTATION_RANK_ORDER,
     ANNOTATION_REQUIRED_LEVEL, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, JobSpecError,
-    ModelShape, Parallelism, TopologyConstraint, parse_key_values,
+    MAX_GANG_PODS, MAX_GPUS_PER_POD, ModelShape, Parallelism, TopologyConstraint, parse_key_values,
 )
 from scheduler.handoff import ANNOTATION_GANG, ANNOTATION_POD_INDEX
 from scheduler.manifest_kinds import READERS
@@ -109,23 +109,30 @@ def label_or_annotation(obj: Mapping[str, Any], key: str) -> str | None:
     return None if value in (None, "") else str(value)
 
 
-def parse_count(raw: Any, what: str, minimum: int = 0) -> int:
-    """An integer >= `minimum` from a label/annotation/spec value; JobSpecError naming `what` otherwise."""
-    if isinstance(raw, bool):
-        raise JobSpecError(f"{what} must be an integer, got {raw!r}")
+def parse_count(raw: Any, what: str, minimum: int = 0, maximum: int = MAX_GANG_PODS) -> int:
+    """An integer in [`minimum`, `maximum`] from a label/annotation/spec value; JobSpecError naming `what` otherwise.
+
+    The default maximum is `scheduler.jobs.MAX_GANG_PODS`: every count read from a pod or request is
+    bounded before anything is sized by it.
+    """
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise JobSpecError(f"{what} must be an integer, got {str(raw)[:40]!r}")
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise JobSpecError(f"{what} must be an integer, got {raw!r}") from None
+        raise JobSpecError(f"{what} must be an integer, got {str(raw)[:40]!r}") from None
     if value < minimum:
         raise JobSpecError(f"{what} must be >= {minimum}, got {raw!r}")
+    if value > maximum:
+        raise JobSpecError(f"{what} must be at most {maximum}, got {raw!r}")
     return value
 
 
-def optional_count(obj: Mapping[str, Any], key: str, where: str, minimum: int = 0) -> int | None:
+def optional_count(obj: Mapping[str, Any], key: str, where: str, minimum: int = 0,
+                   maximum: int = MAX_GANG_PODS) -> int | None:
     """`parse_count` of a label/annotation `key` on `obj`, None when absent."""
     raw = label_or_annotation(obj, key)
-    return None if raw is None else parse_count(raw, f"{where}: {key}", minimum)
+    return None if raw is None else parse_count(raw, f"{where}: {key}", minimum, maximum)
 
 
 def owner_name(pod: dict, kind: str, group: str | None = None) -> str | None:
@@ -169,11 +176,15 @@ def lookup_kind(lookup: Lookup, kind: str, group: str, namespace: str, name: str
 
 
 def pod_gpus(pod: dict) -> int:
-    """GPUs the pod holds (kube's max(app + sidecars, each init step) rule); JobSpecError if malformed."""
+    """GPUs the pod holds (kube's max(app + sidecars, each init step) rule); JobSpecError if malformed or
+    above `scheduler.jobs.MAX_GPUS_PER_POD`."""
     try:
-        return pod_gpu_request(pod)
+        gpus = pod_gpu_request(pod)
     except TopologyError as exc:
         raise JobSpecError(str(exc)) from None
+    if gpus > MAX_GPUS_PER_POD:
+        raise JobSpecError(f"{pod_label(pod)} requests {gpus} GPUs; at most {MAX_GPUS_PER_POD} per pod are accepted")
+    return gpus
 
 
 # ----- job settings: pod annotations first, the owner object fills the gaps --------------------------
@@ -306,6 +317,8 @@ def resolve_membership(pod: dict, lookup: Lookup, *, source: str, gang_name: str
         size = size_without_owner(pod, lookup, owner)
     if size < 1:
         raise JobSpecError(f"{where}: gang {gang_name} has size {size}")
+    if size > MAX_GANG_PODS:
+        raise JobSpecError(f"{where}: gang {gang_name} has {size} pods; at most {MAX_GANG_PODS} are accepted")
     if not 0 <= index < size:
         raise JobSpecError(f"{where}: pod index {index} is outside gang {namespace_of(pod)}/{gang_name} of {size} pods")
     model_text = settings.get(ANNOTATION_MODEL)

@@ -144,6 +144,8 @@ def register(app: typer.Typer) -> None:
                                                       "member before it is rolled back whole."),
         config: Optional[Path] = typer.Option(None, "--config", help="Topology config file (levels, links)."),
         toleration: list[str] = typer.Option([], "--toleration", help="Taint to tolerate (key[=value][:Effect])."),
+        max_body_bytes: int = typer.Option(16 * 1024 * 1024, "--max-body-bytes",
+                                           help="Largest request body accepted; larger ones get 413 unread."),
         log_format: str = typer.Option("text", "--log-format", help="Log lines as text or json (one object a line)."),
         log_level: str = typer.Option("info", "--log-level", help="debug, info, warning, error or critical "
                                                                    "(debug adds one line per request)."),
@@ -157,6 +159,8 @@ def register(app: typer.Typer) -> None:
         reason = check_flags(port, grpc_port, reservation_ttl, cluster, kubeconfig)
         if not reason and not (math.isfinite(completion_timeout) and completion_timeout > 0):
             reason = f"--gang-completion-timeout must be a number of seconds > 0, got {completion_timeout}"
+        if not reason and max_body_bytes < 1:
+            reason = f"--max-body-bytes must be >= 1, got {max_body_bytes}"
         if reason:
             fail(reason)
         try:
@@ -192,7 +196,7 @@ def register(app: typer.Typer) -> None:
             gc_policy.freeze_now()
             metrics.track_gc_pauses()  # meshfit_gc_pause_seconds{generation}
             ready = (lambda: True) if cluster is not None else (lambda: state.generation > 0)
-            app = create_app(scheduler, metrics, ready, gc_policy=gc_policy)
+            app = create_app(scheduler, metrics, ready, gc_policy=gc_policy, max_body_bytes=max_body_bytes)
             log_started("embedded" if cluster is not None else "kubernetes", host, http_socket.getsockname()[1],
                         grpc_server, state, policy)
             server = serve_http(app, http_socket)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from typing import Any, Awaitable, Callable
@@ -34,7 +35,17 @@ RANK_TABLE_READ_WAIT_SECONDS = 2.0
 """How long `GET /ranktables/...` waits for rank-table publishes still queued in the background."""
 SHUTDOWN_PUBLISH_SECONDS = 10.0
 """How long shutting down waits for queued rank-table publishes."""
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Largest request body accepted (`meshfit serve --max-body-bytes`); larger ones get 413 unread."""
 Handler = Callable[[GangScheduler, bytes], tuple[int, bytes]]
+
+
+def encode_error(reason: str) -> bytes:
+    """`{"error": reason}` as JSON bytes, the reason on one line."""
+    return json.dumps({"error": " ".join(reason.split())}).encode()
+
+
+INTERNAL_ERROR = encode_error("internal error (logged by meshfit); the server keeps serving")
 log = logging.getLogger("meshfit.http")
 
 
@@ -113,34 +124,61 @@ class FastVerbs:
     other methods, and the reference of what is served).
     """
 
-    def __init__(self, app: Starlette, calls: dict[str, VerbCall]) -> None:
+    def __init__(self, app: Starlette, calls: dict[str, VerbCall], max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         self.app = app
         self.calls = calls
         self.state = app.state
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope, receive, send) -> None:
-        call = self.calls.get(scope.get("path", "")) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if call is None:
-            if scope["type"] == "http" and log.isEnabledFor(logging.DEBUG):
-                await self._logged(scope, receive, send)
-            else:
-                await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        status, payload = await call(b"".join(chunks))
+        call = self.calls.get(scope.get("path", "")) if scope["method"] == "POST" else None
+        if call is None:
+            await self._starlette(scope, receive, send)
+            return
+        status, payload = await self._read_body(scope, receive)
+        if status == 0:
+            try:
+                status, payload = await call(payload)
+            except Exception:  # noqa: BLE001 - last resort: a bug in one request must not stop the server
+                log.exception("%s %s failed", scope["method"], scope.get("path", ""))
+                status, payload = 500, INTERNAL_ERROR
+        elif status < 0:
+            return  # the client went away
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", JSON_BYTES), (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
 
-    async def _logged(self, scope, receive, send) -> None:
-        """The Starlette app, with a debug line per request (only while debug logging is on)."""
+    async def _read_body(self, scope, receive) -> tuple[int, bytes]:
+        """(0, body); (413, reason) as soon as the body is known to exceed the limit (the rest is never
+        read); (-1, b"") when the client disconnected."""
+        limit = self.max_body_bytes
+        for name, value in scope.get("headers") or ():
+            if name == b"content-length":
+                if not value.isdigit():
+                    return 400, encode_error("malformed Content-Length header")
+                if int(value) > limit:
+                    return 413, self._too_large()
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return -1, b""
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return 413, self._too_large()
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return 0, b"".join(chunks)
+
+    def _too_large(self) -> bytes:
+        return encode_error(f"request body larger than {self.max_body_bytes} bytes (meshfit serve --max-body-bytes)")
+
+    async def _starlette(self, scope, receive, send) -> None:
+        """The Starlette app; an exception escaping it is logged and, if no answer started yet, a JSON 500."""
         started, status = time.perf_counter(), [0]
 
         async def sending(message) -> None:
@@ -150,8 +188,17 @@ class FastVerbs:
 
         try:
             await self.app(scope, receive, sending)
+        except Exception:  # noqa: BLE001 - last resort: the server keeps serving
+            log.exception("%s %s failed", scope["method"], scope.get("path", ""))
+            if status[0] == 0:
+                status[0] = 500
+                await send({"type": "http.response.start", "status": 500,
+                            "headers": [(b"content-type", JSON_BYTES),
+                                        (b"content-length", str(len(INTERNAL_ERROR)).encode())]})
+                await send({"type": "http.response.body", "body": INTERNAL_ERROR})
         finally:
-            log_request(scope["method"], scope.get("path", ""), status[0], time.perf_counter() - started)
+            if log.isEnabledFor(logging.DEBUG):
+                log_request(scope["method"], scope.get("path", ""), status[0], time.perf_counter() - started)
 
 
 def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[], bool],
@@ -196,7 +243,8 @@ def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[
 
 
 def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[], bool] = lambda: True,
-               sweep_seconds: float = 1.0, gc_policy: GcPolicy | None = None) -> FastVerbs:
+               sweep_seconds: float = 1.0, gc_policy: GcPolicy | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastVerbs:
     """The ASGI app serving every verb of one scheduler (with `gc_policy`, its sweeper also re-freezes
     the long-lived state for the garbage collector after rebuilds; see `scheduler.service.gcpolicy`)."""
 
@@ -205,11 +253,14 @@ def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callabl
         async def sweeper() -> None:
             while True:
                 await asyncio.sleep(sweep_seconds)
-                await run_in_threadpool(scheduler.tick)  # expiries, rollbacks, requeues, the gang queue
-                if scheduler.rank_tables.due():
-                    await run_in_threadpool(scheduler.publish_due)  # retries failed publishes (API I/O)
-                if gc_policy is not None:
-                    gc_policy.maybe_refreeze()
+                try:
+                    await run_in_threadpool(scheduler.tick)  # expiries, rollbacks, requeues, the gang queue
+                    if scheduler.rank_tables.due():
+                        await run_in_threadpool(scheduler.publish_due)  # retries failed publishes (API I/O)
+                    if gc_policy is not None:
+                        gc_policy.maybe_refreeze()
+                except Exception:  # noqa: BLE001 - one failed round must not end the background work for good
+                    log.exception("background sweep failed; retrying in %s s", sweep_seconds)
 
         task = asyncio.create_task(sweeper())
         try:
@@ -221,7 +272,11 @@ def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callabl
             await run_in_threadpool(scheduler.rank_tables.wait_idle, SHUTDOWN_PUBLISH_SECONDS)
 
     calls = verb_calls(scheduler, metrics)
-    app = Starlette(routes=_routes(scheduler, metrics, ready, calls), lifespan=lifespan)
+    async def internal_error(_: Request, __: Exception) -> Response:  # logged by FastVerbs, which sees it re-raised
+        return Response(INTERNAL_ERROR, status_code=500, media_type=JSON)
+
+    app = Starlette(routes=_routes(scheduler, metrics, ready, calls), lifespan=lifespan,
+                    exception_handlers={Exception: internal_error})
     app.state.scheduler = scheduler
     app.state.metrics = metrics
-    return FastVerbs(app, calls)
+    return FastVerbs(app, calls, max_body_bytes)

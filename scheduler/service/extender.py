@@ -25,6 +25,8 @@ def _decode(decoder: msgspec.json.Decoder, body: bytes) -> tuple[object | None, 
         return decoder.decode(body), None
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         return None, _bad(f"malformed request body: {exc}")
+    except RecursionError:
+        return None, _bad("malformed request body: JSON nested too deeply")
 
 
 def _is_null(raw: msgspec.Raw) -> bool:
@@ -44,6 +46,8 @@ def _args(body: bytes) -> tuple[wire.ExtenderArgs | None, tuple[int, bytes] | No
     args, error = _decode(wire.DECODE_ARGS, body)
     if error is None and not isinstance(getattr(args, "Pod", None), dict):
         return None, _bad("malformed request body: Pod is missing")
+    if error is None and (reason := wire.pod_error(args.Pod)):
+        return None, _bad(reason)
     if error is None and args.Nodes is None and _is_null(args.NodeNames):
         return None, _bad("malformed request body: neither Nodes nor NodeNames is set")
     return args, error
@@ -104,7 +108,9 @@ def handle_preempt(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
         victims[node] = [p.UID for p in meta.Pods]
     for node, given in (args.NodeNameToVictims or {}).items():
         uids = []
-        for pod in given.Pods:
+        for i, pod in enumerate(given.Pods):
+            if reason := wire.pod_error(pod, f"NodeNameToVictims[{node}].Pods[{i}]"):
+                return _bad(reason)
             uid = str((pod.get("metadata") or {}).get("uid") or "")
             full[uid] = pod
             uids.append(uid)

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import msgspec
 
-from scheduler.jobs import ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, JobSpecError, Parallelism
-from plugins.gangs.base import GangMembership as Membership
+from scheduler.jobs import ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, MAX_GANG_PODS, JobSpecError, Parallelism
+from plugins.gangs.base import GangMembership as Membership, parse_count
 from scheduler.membership import gang_from_membership, identify, pod_gpus
 from scheduler.service.scheduling import GangScheduler
+from scheduler.service.wire import PodGroupShape, pod_error, shape_error
+from topology.k8s import parse_gpu_quantity
 from topology.model import TopologyError
 
 PERMIT, ABSTAIN, REJECT = 1, 0, -1
@@ -91,12 +93,32 @@ def _reply(payload: object) -> tuple[int, bytes]:
     return 200, ENCODER.encode(payload)
 
 
+class BadRequest(Exception):
+    """A request body that decodes but is not what Volcano sends (answered 400 with the reason)."""
+
+
+def _bad(reason: str) -> tuple[int, bytes]:
+    return 400, ENCODER.encode({"error": " ".join(reason.split())})
+
+
+def _check_pod(pod: object, what: str) -> None:
+    """BadRequest unless `pod` (when given) is a well-typed Pod."""
+    if pod is not None and (reason := pod_error(pod, what)):
+        raise BadRequest(reason)
+
+
 def _guard(handler):
+    """Decode failures, too-deep JSON and ill-typed Pods / PodGroups become 400 with the reason."""
+
     def wrapped(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
         try:
             return handler(scheduler, body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            return 400, ENCODER.encode({"error": f"malformed request body: {exc}"})
+            return _bad(f"malformed request body: {exc}")
+        except RecursionError:
+            return _bad("malformed request body: JSON nested too deeply")
+        except BadRequest as exc:
+            return _bad(str(exc))
 
     wrapped.__doc__ = handler.__doc__
     return wrapped
@@ -116,6 +138,11 @@ def on_session_close(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]
 
 def _gang_of_job(scheduler: GangScheduler, job: JobInfo):
     """The gang a Volcano job will be: from a task's pod, else from the PodGroup's minMember/minResources."""
+    for key, task in (job.Tasks or {}).items():
+        _check_pod(task.Pod, f"job.Tasks[{key}].Pod")
+    group = job.PodGroup or {}
+    if reason := shape_error(group, PodGroupShape, "job.PodGroup"):
+        raise BadRequest(reason)
     for task in (job.Tasks or {}).values():
         if task.Pod:
             member = identify(task.Pod, scheduler.state.get_object)
@@ -125,13 +152,13 @@ def _gang_of_job(scheduler: GangScheduler, job: JobInfo):
             break
     else:
         gpus = None
-    group = job.PodGroup or {}
     spec = group.get("spec") or {}
     annotations = (group.get("metadata") or {}).get("annotations") or {}
-    size = int(spec.get("minMember") or job.MinAvailable or len(job.Tasks or {}))
+    size = parse_count(spec.get("minMember") or job.MinAvailable or len(job.Tasks or {}),
+                       f"job {job.Namespace or 'default'}/{job.Name}: minMember", 0, MAX_GANG_PODS)
     if gpus is None:
         total = (spec.get("minResources") or {}).get("nvidia.com/gpu")
-        gpus = int(float(total)) // size if total and size else 0
+        gpus = parse_gpu_quantity(total, "job.PodGroup.spec.minResources") // size if total and size else 0
     if size < 1 or gpus < 1:
         return None
     par = annotations.get(ANNOTATION_PARALLELISM)
@@ -170,6 +197,7 @@ def predicate(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
     request = _decode(body, PredicateRequest)
     if request.task is None or not request.task.Pod or request.node is None:
         return 400, ENCODER.encode({"error": "malformed request body: task.Pod and node are required"})
+    _check_pod(request.task.Pod, "task.Pod")
     decision = scheduler.filter(request.task.Pod, [request.node.Name], offered_is_complete=False)
     if decision.error:
         return _reply({"status": decision.error, "code": CODE_ERROR})
@@ -184,6 +212,7 @@ def prioritize(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
     request = _decode(body, PrioritizeRequest)
     if request.task is None or not request.task.Pod:
         return 400, ENCODER.encode({"error": "malformed request body: task.Pod is required"})
+    _check_pod(request.task.Pod, "task.Pod")
     names = [n.Name for n in request.nodes or []]
     scores = scheduler.prioritize(request.task.Pod, names)
     return _reply({"nodeScore": {name: float(score * 10) for name, score in scores}, "errorMessage": ""})
@@ -195,6 +224,8 @@ def preemptable(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
     request = _decode(body, EvictRequest)
     raw = request.evictees or []
     tasks = [msgspec.json.decode(r, type=TaskInfo) for r in raw]
+    for i, task in enumerate(tasks):
+        _check_pod(task.Pod, f"evictees[{i}].Pod")
     pods = {t.UID: t.Pod for t in tasks if t.Pod}
     allowed = set(scheduler.whole_gang_victims([t.UID for t in tasks], pods))
     victims = [r for r, t in zip(raw, tasks) if t.UID in allowed]

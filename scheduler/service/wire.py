@@ -139,6 +139,94 @@ class ExtenderPreemptionResult(msgspec.Struct):
     NodeNameToMetaVictims: dict[str, MetaVictims] = msgspec.field(default_factory=dict)
 
 
+# ----- the shape of a Kubernetes Pod, as far as meshfit reads it ------------------------------------
+Quantity = str | int | float
+
+
+class _OwnerRef(msgspec.Struct):
+    apiVersion: str | None = None
+    kind: str | None = None
+    name: str | None = None
+    uid: str | None = None
+    controller: bool | None = None
+
+
+class _PodMeta(msgspec.Struct):
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    resourceVersion: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    ownerReferences: list[_OwnerRef] | None = None
+
+
+class _Resources(msgspec.Struct):
+    requests: dict[str, Quantity] | None = None
+    limits: dict[str, Quantity] | None = None
+
+
+class _Container(msgspec.Struct):
+    name: str | None = None
+    resources: _Resources | None = None
+    restartPolicy: str | None = None
+
+
+class _PodSpec(msgspec.Struct):
+    nodeName: str | None = None
+    containers: list[_Container] | None = None
+    initContainers: list[_Container] | None = None
+    overhead: dict[str, Quantity] | None = None
+
+
+class _PodStatus(msgspec.Struct):
+    phase: str | None = None
+
+
+class PodShape(msgspec.Struct):
+    """The fields of a v1.Pod that meshfit reads, with their Kubernetes types (everything else is ignored)."""
+
+    metadata: _PodMeta | None = None
+    spec: _PodSpec | None = None
+    status: _PodStatus | None = None
+
+
+class _PodGroupMeta(msgspec.Struct):
+    name: str | None = None
+    namespace: str | None = None
+    annotations: dict[str, str] | None = None
+
+
+class _PodGroupSpec(msgspec.Struct):
+    minMember: int | None = None
+    minResources: dict[str, Quantity] | None = None
+
+
+class PodGroupShape(msgspec.Struct):
+    """The fields of a Volcano PodGroup that meshfit reads, with their types."""
+
+    metadata: _PodGroupMeta | None = None
+    spec: _PodGroupSpec | None = None
+
+
+def shape_error(obj: object, shape: type, what: str) -> str:
+    """"" when `obj` (a decoded JSON value) has `shape`'s field types, else a one-line reason naming the field.
+
+    Checked where a request hands meshfit a Pod or PodGroup, so the code reading them can rely on
+    `metadata`/`spec`/`status`/`containers` being objects and lists of the right kind.
+    """
+    try:
+        msgspec.convert(obj, shape, strict=True)
+    except msgspec.ValidationError as exc:
+        return f"malformed request body: {what}: {exc}".replace("`$", f"`{what}")
+    return ""
+
+
+def pod_error(pod: object, what: str = "Pod") -> str:
+    """`shape_error` of a Pod ("" when well-typed)."""
+    return shape_error(pod, PodShape, what)
+
+
 ENCODER = msgspec.json.Encoder()
 DECODE_ARGS = msgspec.json.Decoder(ExtenderArgs)
 DECODE_BINDING = msgspec.json.Decoder(ExtenderBindingArgs)

@@ -127,14 +127,16 @@ class TopologyConfig(StrictModel):
         return profile
 
     def check_link_keys(self, level_names: list[str], level_roles: list[str]) -> None:
-        """TopologyError (with a did-you-mean hint) for a `links` key naming no level or role of this cluster."""
+        """TopologyError (with a did-you-mean hint) for a `links` key that is neither a level of this cluster
+        nor a role (a role this cluster lacks, e.g. `core` on a small cluster, is fine: one fabric
+        config serves clusters of several sizes; a typo such as `lef` is not)."""
         names = set(level_names) | {"host", "cluster"}
         roles = set(level_roles) | {"host", "cluster"}
         for key in self.links:
-            if key in names or key in roles:
+            if key in names or key in roles or key in ROLES:
                 continue
             hint = did_you_mean(key, names | roles)
-            where = "a role this cluster has no level of" if key in ROLES else "no level or role of this cluster"
+            where = "no level or role of this cluster"
             raise TopologyError(f"link override {key!r} names {where}{hint} (levels: {', '.join(level_names)}; "
                                 f"roles: {', '.join(sorted(roles))})")
 

@@ -156,13 +156,15 @@ class Reservation:
         return self.given
 
     def to_json(self) -> dict:
-        """`{"gang", "status", "pods": {pod: node}, "expires_at"}` for `GET /reservations`."""
+        """`{"gang", "status", "pods": {pod: node}, "nodes": [node or null by pod index], "expires_at"}` for
+        `GET /reservations`."""
         pods = {}
         for index in sorted(self.slots):
             slot = self.slots[index]
             if slot.state != SLOT_RELEASED:
                 pods[slot.pod or self.gang.pods[index].name] = slot.node
-        return {"gang": self.gang_key, "status": self.status, "pods": pods,
+        nodes = [self.node_of(i) for i in range(len(self.gang.pods))]
+        return {"gang": self.gang_key, "status": self.status, "pods": pods, "nodes": nodes,
                 "expires_at": None if self.has_bound() else self.expires_at}
 
 

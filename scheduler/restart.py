@@ -4,8 +4,9 @@ Nothing of meshfit's own survives a crash, and nothing needs to: the bound pods 
 (partly) bound and what their members were given (`meshfit.io/*` bind annotations); the pending
 members' `status.nominatedNodeName` says where meshfit had reserved them.  Every partly bound gang
 gets its missing members reserved *at once* -- before any filter call can hand their GPUs, or pod
-0's rendezvous node, to another gang -- on their nominated nodes when those still have room, else
-next to the bound members (`reserve_remaining`).
+0's rendezvous node, to another gang: first every gang's pod 0 on its rendezvous node, then members
+on their nominated nodes when those still have room, then the rest next to the bound members
+(`reserve_remaining`).
 """
 
 from __future__ import annotations
@@ -38,12 +39,28 @@ def rebuild_gangs(state: Any, policy: str | None) -> list[str]:
             rebuilt.add(member.gang_key)
         ledger.note_given(member.gang_key, record.given)
     if policy is not None:
-        for key in sorted(rebuilt):
-            entry = ledger.get(key)
-            if entry is not None and entry.missing_indices():
-                _hold_nominated(state, entry)
-                reserve_remaining(ledger, entry, state.topology, policy)
+        partial = [ledger.get(key) for key in sorted(rebuilt)]
+        partial = [entry for entry in partial if entry is not None and entry.missing_indices()]
+        for entry in partial:  # first every gang's pod 0 on its rendezvous node, before anyone else moves in
+            _hold_rendezvous(state, entry)
+        for entry in partial:
+            _hold_nominated(state, entry)
+        for entry in partial:
+            reserve_remaining(ledger, entry, state.topology, policy)
     return sorted(rebuilt)
+
+
+def _hold_rendezvous(state: Any, entry: Any) -> None:
+    """Reserve a missing pod 0 on the master address its bound peers were given, when that node has room."""
+    given, gang = entry.bound_given(), entry.gang
+    if given is None or 0 not in entry.missing_indices():
+        return
+    node = state.topology.node_by_name.get(given.master_addr)
+    if node is None or node.gpus_free < gang.gpus_per_pod:
+        return
+    nodes = [entry.node_of(i) or "" for i in range(len(gang.pods))]
+    nodes[0] = given.master_addr
+    state.ledger.reserve(Placement(gang, PLACED, "rendezvous", given.rank_order, None, nodes), [0])
 
 
 def _hold_nominated(state: Any, entry: Any) -> None:

@@ -140,6 +140,7 @@ def meshfit_scheduler(kube: KubeEnv, request: pytest.FixtureRequest) -> Callable
     """
     plane = kube.control_plane
     stacks: list[SchedulerStack] = []
+    kubelets: list = []
 
     def start(meshfit_args: Sequence[str] = (), **scheduler_options: Any) -> SchedulerStack:
         if stacks:
@@ -148,6 +149,9 @@ def meshfit_scheduler(kube: KubeEnv, request: pytest.FixtureRequest) -> Callable
         meshfit = MeshfitProcess(plane.kubeconfig, log, meshfit_args)
         stack = SchedulerStack(meshfit=meshfit, control_plane=plane)
         stacks.append(stack)
+        from tests.realk8s.scenario import KubeletStandIn
+
+        kubelets.append(KubeletStandIn(kube.core, kube.namespace).start())
         try:
             meshfit.start()
             kube.extra_logs.append(meshfit.process)
@@ -159,6 +163,8 @@ def meshfit_scheduler(kube: KubeEnv, request: pytest.FixtureRequest) -> Callable
     def finish() -> None:
         for stack in stacks:
             stack.stop()
+        for kubelet in kubelets:
+            kubelet.stop()
 
     request.addfinalizer(finish)
     return start

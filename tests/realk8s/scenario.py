@@ -8,6 +8,7 @@ no gang is partly bound.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -98,3 +99,36 @@ def meshfit_events(core: Any, namespace: str) -> list[tuple[str, str, str]]:
     events = core.list_namespaced_event(namespace).items
     return [(e.involved_object.name, e.reason, e.message) for e in events
             if e.source is not None and e.source.component == "meshfit"]
+
+
+class KubeletStandIn:
+    """Plays the one kubelet duty the tests need: a bound pod being deleted gracefully is confirmed gone.
+
+    With no kubelet, a pod bound to a node and deleted with a grace period stays Terminating forever;
+    a real kubelet stops its containers and finishes the deletion.  This thread finishes it (grace 0)
+    a moment later, as the kubelet would.
+    """
+
+    def __init__(self, core: Any, namespace: str, interval: float = 0.5) -> None:
+        self.core, self.namespace, self.interval = core, namespace, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kubelet-stand-in", daemon=True)
+
+    def start(self) -> "KubeletStandIn":
+        """Start confirming deletions."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                for pod in self.core.list_namespaced_pod(self.namespace).items:
+                    if pod.metadata.deletion_timestamp is not None and pod.spec.node_name:
+                        self.core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
+            except Exception:  # noqa: BLE001 - the API server may be going away at teardown; try again
+                continue
+
+    def stop(self) -> None:
+        """Stop the thread."""
+        self._stop.set()
+        self._thread.join(5)

@@ -66,6 +66,7 @@ def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit"
     scheduler = GangScheduler(state, binder, policy, on_placed=metrics.observe_placement,
                               on_expired=metrics.observe_expiries, publisher=publisher,
                               on_publish_failed=metrics.observe_publish_failure, actions=actions, **options)
+    metrics.watch_scheduler(scheduler)
     return scheduler, metrics
 
 

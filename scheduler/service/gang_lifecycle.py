@@ -73,6 +73,10 @@ class GangLifecycle:
         self._last_capacity: tuple = ()
         self._last_pass = 0.0
         self.counters = Counter()
+        self.observe_wait: Callable[[str, float], None] | None = None
+        """Called with ("reserved" | "bound", seconds since the gang's first member arrived)."""
+        self._logged_wait: dict[str, str] = {}
+        """Gang key -> the waiting reason last logged (one info line per change, not per member)."""
 
     # ----- members ----------------------------------------------------------------------------
     def pod_ref(self, record: PodRecord) -> PodRef:
@@ -84,9 +88,19 @@ class GangLifecycle:
         self.seen[record.uid] = self.clock()
         self.queue.arrival(record.member.gang_key, self.clock())
 
+    def _observe(self, key: str, what: str) -> None:
+        arrival = self.queue.arrivals.get(key)
+        if arrival is not None and self.observe_wait is not None:
+            self.observe_wait(what, max(self.clock() - arrival[1], 0.0))
+
     def turned_away_now(self, record: PodRecord, reason: str) -> None:
         """meshfit refused a member: remember it (to requeue it promptly later) and tell it once per reason."""
         self.turned_away[record.uid] = self.clock()
+        key = record.member.gang_key
+        general = reason.split(" [queue position", 1)[0]
+        if self._logged_wait.get(key) != general:
+            self._logged_wait[key] = general
+            log.info("gang %s waiting: %s", key, reason, extra={"gang": key, "decision": "waiting"})
         if self.told.get(record.uid) != reason:
             self.told[record.uid] = reason
             self.dispatcher.event(self.pod_ref(record), "GangWaiting", reason, EVENT_NORMAL)
@@ -105,6 +119,9 @@ class GangLifecycle:
     def reserved(self, entry: Reservation, by: PodRecord | None, how: str) -> None:
         """A gang was reserved: log, tell its pods, and requeue the members kube-scheduler may be parking."""
         self.queue.admitted(entry.gang_key)
+        self._logged_wait.pop(entry.gang_key, None)
+        if not entry.has_bound():
+            self._observe(entry.gang_key, "reserved")
         cost = entry.placement.cost if entry.placement is not None else None
         nodes = sorted({s.node for s in entry.slots.values() if s.state != SLOT_RELEASED})
         message = (f"gang {entry.gang_key}: {len(entry.gang.pods)} pods x {entry.gang.gpus_per_pod} GPUs reserved "
@@ -121,6 +138,7 @@ class GangLifecycle:
 
     def completed(self, entry: Reservation) -> None:
         """Every member is bound: log and tell the pods."""
+        self._observe(entry.gang_key, "bound")
         message = f"gang {entry.gang_key}: all {len(entry.gang.pods)} pods bound"
         log.info(message, extra={"gang": entry.gang_key, "decision": "bound"})
         for record in self.members(entry.gang_key):
@@ -173,6 +191,10 @@ class GangLifecycle:
                 del self.rolling_back[key]
         for key in [k for k in self.queue.entries if not any(not r.node for r in self.members(k))]:
             self.queue.forget(key)
+        gone = [k for k in self.queue.arrivals if k not in self.state.gang_index and k not in self.state.ledger.entries]
+        for key in gone:  # the job is deleted: forget its arrival too (a new job of that name starts afresh)
+            self.queue.forget(key)
+            self._logged_wait.pop(key, None)
         known = self.state.pods
         for table in (self.seen, self.turned_away, self.requeued, self.told):
             for uid in [u for u in table if u not in known]:
@@ -287,6 +309,15 @@ class GangLifecycle:
                 admitted.append(waiting.key)
                 free = self.state.topology.gpus_free
         return admitted
+
+    def counts(self) -> tuple[Counter, Counter]:
+        """(gangs by state as in `rows`, waiting gangs by priority), for the metrics (call under the lock)."""
+        by_state, by_priority = Counter(), Counter()
+        for row in self.rows():
+            by_state[row["state"]] += 1
+            if row["state"] == "waiting":
+                by_priority[row["priority"]] += 1
+        return by_state, by_priority
 
     def rows(self) -> list[dict]:
         """`GET /gangs`: waiting gangs in queue order, then reserved / bound ones (call under the lock)."""

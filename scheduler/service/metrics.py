@@ -20,6 +20,7 @@ from scheduler.service.gcpolicy import GcPauseRecorder
 from scheduler.state import ClusterState
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+WAIT_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
 RATIO_BUCKETS = (1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 log = logging.getLogger("meshfit.metrics")
@@ -81,6 +82,29 @@ class StateCollector(Collector):
         yield per_level
 
 
+class GangQueueCollector(Collector):
+    """`meshfit_gang_queue{state}` and `meshfit_gangs_waiting{priority}` from the scheduler's gang lifecycle."""
+
+    STATES = ("waiting", "reserved", "binding", "bound", "incomplete", "rolling-back")
+
+    def __init__(self, scheduler) -> None:
+        self.scheduler = scheduler
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Gangs per lifecycle state (as `GET /gangs` shows them) and the queue length per priority."""
+        with self.scheduler.state.lock:
+            by_state, by_priority = self.scheduler.lifecycle.counts()
+        states = GaugeMetricFamily("meshfit_gang_queue", "Gangs by lifecycle state (GET /gangs).", labels=["state"])
+        for state in self.STATES:
+            states.add_metric([state], by_state.get(state, 0))
+        yield states
+        waiting = GaugeMetricFamily("meshfit_gangs_waiting", "Waiting gangs (queue length) by priority.",
+                                    labels=["priority"])
+        for priority, count in sorted(by_priority.items()):
+            waiting.add_metric([str(priority)], count)
+        yield waiting
+
+
 class GcPauseCollector(Collector):
     """`meshfit_gc_pause_seconds{generation}`: the garbage collector's pauses, from a `GcPauseRecorder`."""
 
@@ -117,7 +141,16 @@ class ServiceMetrics:
                                            registry=self.registry)
         self.scrape_errors = Counter("meshfit_scrape_errors", "Collectors that raised during a scrape (their "
                                      "metrics were left out of it).", ["collector"], registry=self.registry)
+        self.gang_wait = Histogram("meshfit_gang_wait_seconds",
+                                   "Seconds from a gang's first member reaching meshfit until the gang is reserved "
+                                   "(until=reserved) or fully bound (until=bound).", ["until"],
+                                   buckets=WAIT_BUCKETS, registry=self.registry)
         self.register_collector(StateCollector(state), "state")
+
+    def watch_scheduler(self, scheduler) -> None:
+        """Export the gang queue of `scheduler` and time its gangs' waits."""
+        self.register_collector(GangQueueCollector(scheduler), "gang_queue")
+        scheduler.lifecycle.observe_wait = lambda until, seconds: self.gang_wait.labels(until).observe(seconds)
 
     def register_collector(self, collector: Collector, name: str) -> Collector:
         """Register `collector` behind a `SafeCollector`; returns the wrapper (to unregister it)."""

@@ -175,3 +175,19 @@ def test_a_restart_re_holds_missing_members_before_any_filter():
     intruder = gang_pod("intruder", 0, 6)  # 8 nodes, 4 held by g: a 6-node gang cannot take g's slots
     assert filter_nodes(service.filter(intruder)) == []
     service.state.topology.check_invariants()
+
+
+def test_the_queue_and_the_waits_are_in_the_metrics():
+    service, _ = service_with(nodes=4)
+    old = bind_gang(service, "old", 4)
+    service.filter(prioritized(gang_pod("urgent", 0, 2), 100))
+    service.filter(gang_pod("early", 0, 2))
+    text = service.client.get("/metrics").text
+    assert 'meshfit_gang_queue{state="waiting"} 2.0' in text and 'meshfit_gang_queue{state="bound"} 1.0' in text
+    assert 'meshfit_gangs_waiting{priority="100"} 1.0' in text and 'meshfit_gangs_waiting{priority="0"} 1.0' in text
+    service.clock.advance(40.0)
+    delete_gang(service, old)
+    service.scheduler.tick()
+    text = service.client.get("/metrics").text
+    assert 'meshfit_gang_wait_seconds_bucket{le="60.0",until="reserved"} 3.0' in text  # old at 0 s, then both at 40 s
+    assert 'meshfit_gang_wait_seconds_bucket{le="30.0",until="reserved"} 1.0' in text

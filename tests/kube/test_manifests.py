@@ -220,8 +220,14 @@ def test_rbac_never_grants_what_meshfit_does_not_need():
 def test_leader_election_role_is_namespaced_to_meshfit():
     account = find("ServiceAccount", "meshfit")
     namespace = account["metadata"]["namespace"]
+    try:
+        from scheduler.kube.leader import DEFAULT_LEASE_NAME  # noqa: PLC0415
+    except ImportError:  # leader election not in this build yet: the name it will use
+        DEFAULT_LEASE_NAME = "meshfit"  # noqa: N806
+
     assert rules_of("Role", "meshfit-leader-election", namespace) == {
-        ("coordination.k8s.io", "leases", verb, ()) for verb in ("get", "create", "update")}
+        ("coordination.k8s.io", "leases", "create", ()),
+        *{("coordination.k8s.io", "leases", verb, (DEFAULT_LEASE_NAME,)) for verb in ("get", "update")}}
     binding = find("RoleBinding", "meshfit-leader-election")
     assert binding["metadata"]["namespace"] == namespace
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "meshfit-leader-election"}
@@ -548,11 +554,12 @@ def dashboard() -> dict:
 
 
 def exported_metric_families() -> set[str]:
-    """Every metric family one service instance exports (GC pauses included)."""
-    from scheduler.service.metrics import ServiceMetrics  # noqa: PLC0415
+    """Every metric family the service's app exports (as `meshfit serve` builds it), GC pauses included."""
+    from scheduler.service.app import build_scheduler  # noqa: PLC0415
+    from scheduler.service.binder_memory import MemoryBinder  # noqa: PLC0415
     from scheduler.state import ClusterState  # noqa: PLC0415
 
-    metrics = ServiceMetrics(ClusterState())
+    _, metrics = build_scheduler(ClusterState(), MemoryBinder(), "first-fit")
     stop = metrics.track_gc_pauses()
     try:
         return {family.name for family in metrics.registry.collect()}

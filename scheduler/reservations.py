@@ -275,6 +275,8 @@ class ReservationLedger:
         entry.slots[index].state = SLOT_RELEASED
         if all(s.state == SLOT_RELEASED for s in entry.slots.values()):
             del self.entries[gang_key]
+        elif not entry.has_bound() and entry.expires_at is not None:  # its TTL applies again
+            self._next_expiry = min(self._next_expiry, entry.expires_at)
         return True
 
     def hold_for_replacement(self, gang_key: str, index: int) -> bool:

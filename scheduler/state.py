@@ -18,8 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from plugins.gangs.base import api_group, split_kind
+import msgspec
+
 from scheduler.jobs import JobSpecError
+from scheduler.state_objects import GangObjectsMixin
 from scheduler.membership import gang_from_membership, identify, membership_signature
 from scheduler.reservations import DEFAULT_TTL_SECONDS, GivenRendezvous, ReservationLedger, given_from_annotations
 from topology.builder import HOST_LABEL, HOST_LEVEL
@@ -55,6 +57,8 @@ class PodRecord:
     nominated: str = ""
     """`status.nominatedNodeName` (meshfit nominates a member's reserved node when it requeues it)."""
     cached_signature: tuple | None = field(default=None, repr=False, compare=False)
+    from_watch: bool = True
+    """Known from the API server (list/watch), not only from a request body."""
 
     @property
     def key(self) -> str:
@@ -84,7 +88,7 @@ def _meta(obj: dict) -> tuple[str, str]:
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
-class ClusterState:
+class ClusterState(GangObjectsMixin):
     """Nodes, pods, gang objects and reservations behind one lock; see the module docstring."""
 
     def __init__(self, config: Any = None, tolerations: Iterable[Any] = (),
@@ -108,6 +112,8 @@ class ClusterState:
         """Bumped on every topology rebuild."""
         self.policy: str | None = None
         """Placement policy for re-holding the missing members of partly bound gangs at a (re)list."""
+        self.watch_is_truth = False
+        """Kubernetes mode: pods come from the watch; a request body may select a pod, never overwrite it."""
 
     # ----- relist ------------------------------------------------------------------------------
     def replace_all(self, nodes: list[dict], pods: list[dict], objects: list[dict]) -> None:
@@ -189,8 +195,12 @@ class ClusterState:
         version = meta.get("resourceVersion")
         if version:
             return (uid, self._objects_epoch, version)
-        return (uid, self._objects_epoch, meta.get("labels"), meta.get("annotations"),
-                meta.get("ownerReferences"), (pod.get("spec") or {}).get("containers"))
+        try:  # a digest, not the dicts themselves: keeping request bodies' 100 kB annotations alive costs memory
+            digest = hash(msgspec.json.encode([meta.get("labels"), meta.get("annotations"),
+                                               meta.get("ownerReferences"), (pod.get("spec") or {}).get("containers")]))
+        except (TypeError, msgspec.EncodeError):
+            digest = id(pod)
+        return (uid, self._objects_epoch, digest)
 
     def _record(self, pod: dict) -> PodRecord:
         namespace, name = _meta(pod)
@@ -225,9 +235,10 @@ class ClusterState:
         if record.node and record.gpus > 0 and record.node in topo.node_by_name:
             topo.add_pod(key, record.node, record.gpus)
 
-    def upsert_pod(self, pod: dict) -> PodRecord:
+    def upsert_pod(self, pod: dict, from_watch: bool = True) -> PodRecord:
         """Add or update a pod: bound pods hold GPUs, finished ones release, gang slots follow."""
         record = self._record(pod)
+        record.from_watch = from_watch
         with self.lock:
             old_uid = self._uid_by_name.get((record.namespace, record.name))
             if old_uid is not None and old_uid != record.uid:
@@ -238,13 +249,27 @@ class ClusterState:
         return record
 
     def observe_pending_pod(self, pod: dict) -> PodRecord:
-        """Note a pod seen in a scheduling request, unless the state already knows it bound."""
+        """Note a pod seen in a scheduling request, unless the state already knows it bound.
+
+        In Kubernetes mode (`watch_is_truth`) a body only *selects*: a pod the watch already reported is
+        taken as the watch has it, and a body whose uid contradicts the watch (a forged or stale body
+        reusing a name or a uid) gets an unindexed record carrying an error, changing nothing.
+        """
         namespace, name = _meta(pod)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
         with self.lock:
             known = self.pod(namespace, name)
-            if known is not None and known.node and not (pod.get("spec") or {}).get("nodeName"):
+            if self.watch_is_truth:
+                by_uid = self.pods.get(uid)
+                if known is not None and known.from_watch and known.uid == uid:
+                    return known
+                if (known is not None and known.from_watch) or (by_uid is not None and by_uid.from_watch):
+                    return PodRecord(uid, namespace, name, 0, None, "Pending", member_error=(
+                        f"pod {namespace}/{name} (uid {uid or 'none'}) does not match the pod the API server has "
+                        f"under that name or uid; not scheduling it until the watch catches up"))
+            elif known is not None and known.node and not (pod.get("spec") or {}).get("nodeName"):
                 return known
-            return self.upsert_pod(pod)
+            return self.upsert_pod(pod, from_watch=False)
 
     def _index(self, record: PodRecord) -> None:
         old = self.pods.get(record.uid)
@@ -340,51 +365,6 @@ class ClusterState:
             if record is not None:
                 record.node = None
                 self._hold(self.topology, record)
-
-    # ----- gang objects ------------------------------------------------------------------------
-    @staticmethod
-    def _object_key(obj: dict) -> tuple[str, str, str, str]:
-        namespace, name = _meta(obj)
-        return api_group(obj.get("apiVersion")), str(obj.get("kind") or ""), namespace, name
-
-    def _store_object(self, obj: dict) -> None:
-        key = self._object_key(obj)
-        self.objects[key] = obj
-        self._groups_by_kind.setdefault(key[1], set()).add(key[0])
-
-    def _keys_for(self, kind: str, namespace: str, name: str) -> list[tuple[str, str, str, str]]:
-        """Candidate keys: the exact group of a `group/Kind`, else every group seen with that kind (sorted)."""
-        group, plain = split_kind(kind)
-        groups = [group] if group is not None else sorted(self._groups_by_kind.get(plain, ()))
-        return [(g, plain, namespace or "default", name) for g in groups]
-
-    def upsert_object(self, obj: dict) -> None:
-        """Add or update a gang object (or a Kueue Topology / Volcano HyperNode, which rebuilds)."""
-        with self.lock:
-            self._store_object(obj)
-            self._objects_epoch += 1
-            if is_topology_object(obj) or is_hypernode(obj):
-                self._rebuild_topology()
-
-    def delete_object(self, kind: str, namespace: str, name: str) -> None:
-        """Forget a gang object (`kind` as `group/Kind`; a plain kind forgets it in every group)."""
-        with self.lock:
-            removed = [self.objects.pop(key) for key in self._keys_for(kind, namespace, name) if key in self.objects]
-            self._objects_epoch += 1
-            if any(is_topology_object(obj) or is_hypernode(obj) for obj in removed):
-                self._rebuild_topology()
-
-    def get_object(self, kind: str, namespace: str, name: str) -> dict | None:
-        """The cached object, or None; `kind` is `group/Kind` (exact) or a plain kind (any group).
-
-        This is the `lookup` given to gang sources, which ask with the group-qualified kind.
-        """
-        with self.lock:
-            for key in self._keys_for(kind, namespace, name):
-                obj = self.objects.get(key)
-                if obj is not None:
-                    return obj
-            return None
 
     # ----- restart ----------------------------------------------------------------------------
     def rebuild_from_bound_pods(self, policy: str | None = None) -> list[str]:

@@ -38,7 +38,8 @@ def embedded_state(cluster: Path, config: Any, tolerations: list[str], ttl: floa
     return state, MemoryBinder()
 
 
-def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], ttl: float, policy: str):
+def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], ttl: float, policy: str,
+               start_cache: bool = True):
     """A `ClusterState` fed by the list+watch cache, plus the API-server binder (kubernetes imported here only)."""
     import kubernetes
 
@@ -60,6 +61,7 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
 
     state = ClusterState(config, tolerations, ttl)
     state.policy = policy  # the first list already re-holds the missing members of partly bound gangs
+    state.watch_is_truth = True  # request bodies select pods, never overwrite what the API server says
     threading.Thread(target=run_cache, args=(state, api_client), name="meshfit-cache", daemon=True).start()
     return state, KubeBinder(api_client)
 
@@ -78,7 +80,7 @@ def kube_rank_table_publisher(binder: Any):
     return KubeRankTablePublisher(binder.api_client)
 
 
-def _start_grpc(scheduler, port: int, host: str):
+def _start_grpc(scheduler, port: int, host: str, tls: Any = None, auth: Any = None):
     try:
         from scheduler.service.grpc_service import serve_grpc
     except ImportError as exc:  # grpc stubs missing from a slim install
@@ -88,7 +90,7 @@ def _start_grpc(scheduler, port: int, host: str):
 
     check_free(host, port, "gRPC")
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return serve_grpc(scheduler, address)
+    return serve_grpc(scheduler, address, tls=tls, auth=auth)
 
 
 def check_flags(port: int, grpc_port: int, reservation_ttl: float, cluster: Optional[Path],
@@ -149,6 +151,19 @@ def register(app: typer.Typer) -> None:
         log_format: str = typer.Option("text", "--log-format", help="Log lines as text or json (one object a line)."),
         log_level: str = typer.Option("info", "--log-level", help="debug, info, warning, error or critical "
                                                                    "(debug adds one line per request)."),
+        tls_cert_file: Optional[Path] = typer.Option(None, "--tls-cert-file",
+                                                     help="PEM certificate (chain): HTTPS, and TLS on gRPC."),
+        tls_private_key_file: Optional[Path] = typer.Option(None, "--tls-private-key-file",
+                                                            help="PEM private key of --tls-cert-file."),
+        client_ca_file: Optional[Path] = typer.Option(None, "--client-ca-file",
+                                                      help="Mutual TLS: the verbs need a client certificate "
+                                                           "signed by this CA (GET endpoints stay open)."),
+        allowed_client_names: Optional[str] = typer.Option(None, "--allowed-client-names",
+                                                           help="NAME,...: client certificate CN or DNS SAN "
+                                                                "allowed to call the verbs (default: any)."),
+        verb_token_file: Optional[Path] = typer.Option(None, "--verb-token-file",
+                                                       help="Without a client CA: the verbs need "
+                                                            "'Authorization: Bearer <token in this file>'."),
     ) -> None:
         """Serve the kube-scheduler extender, Volcano extender, gRPC placement API and metrics."""
         from scheduler.service.app import build_scheduler, create_app
@@ -165,6 +180,13 @@ def register(app: typer.Typer) -> None:
             fail(reason)
         try:
             configure_logging(log_format, log_level.lower())
+        except ValueError as exc:
+            fail(str(exc))
+        from scheduler.service.tls import security_from_flags
+
+        try:  # TLS files and the verb token: checked before any port is taken
+            tls, verb_auth = security_from_flags(tls_cert_file, tls_private_key_file, client_ca_file,
+                                                 allowed_client_names, verb_token_file)
         except ValueError as exc:
             fail(str(exc))
         try:
@@ -187,7 +209,7 @@ def register(app: typer.Typer) -> None:
                     publisher, actions = kube_rank_table_publisher(binder), kube_actions(binder)
                 scheduler, metrics = build_scheduler(state, binder, policy, publisher, actions,
                                                      completion_timeout=completion_timeout)
-                grpc_server = _start_grpc(scheduler, grpc_port, host) if grpc_port else None
+                grpc_server = _start_grpc(scheduler, grpc_port, host, tls, verb_auth) if grpc_port else None
             except (ValueError, OSError, ImportError) as exc:
                 fail(str(exc))
             # The loaded cluster is long-lived: freeze it out of every later collection, and again after each
@@ -196,10 +218,16 @@ def register(app: typer.Typer) -> None:
             gc_policy.freeze_now()
             metrics.track_gc_pauses()  # meshfit_gc_pause_seconds{generation}
             ready = (lambda: True) if cluster is not None else (lambda: state.generation > 0)
-            app = create_app(scheduler, metrics, ready, gc_policy=gc_policy, max_body_bytes=max_body_bytes)
+            app = create_app(scheduler, metrics, ready, gc_policy=gc_policy, max_body_bytes=max_body_bytes,
+                             authorize=verb_auth)
             log_started("embedded" if cluster is not None else "kubernetes", host, http_socket.getsockname()[1],
                         grpc_server, state, policy)
-            server = serve_http(app, http_socket)
+            if tls is not None or verb_auth is not None:
+                log.info("HTTP %s; verbs: %s", "HTTPS (TLS >= 1.2), gRPC TLS" if tls is not None else "plain HTTP",
+                         "any caller" if verb_auth is None else
+                         "bearer token" if verb_auth.mode == "token" else
+                         "client certificate " + (", ".join(sorted(verb_auth.allowed_names)) or "signed by the CA"))
+            server = serve_http(app, http_socket, tls=tls)
         finally:
             if grpc_server is not None:
                 grpc_server.stop(grace=5).wait(10)

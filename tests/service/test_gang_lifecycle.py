@@ -191,3 +191,18 @@ def test_the_queue_and_the_waits_are_in_the_metrics():
     text = service.client.get("/metrics").text
     assert 'meshfit_gang_wait_seconds_bucket{le="60.0",until="reserved"} 3.0' in text  # old at 0 s, then both at 40 s
     assert 'meshfit_gang_wait_seconds_bucket{le="30.0",until="reserved"} 1.0' in text
+
+
+def test_in_kubernetes_mode_a_forged_body_selects_but_never_overwrites():
+    bound = gang_pod("g", 0, 1, node="n-0-0", phase="Running")
+    service, _ = service_with(nodes=2, pods=[bound])
+    service.state.watch_is_truth = True
+    free = service.state.topology.gpus_free
+    forged = gang_pod("g", 0, 1, uid="forged-uid")  # the bound pod's name, another uid, unbound
+    reply = service.filter(forged)
+    assert "does not match the pod the API server has" in reply["Error"]
+    other = make_pod("other", 8, uid=bound["metadata"]["uid"])  # the bound pod's uid under another name
+    assert "does not match" in service.filter(other)["Error"]
+    assert service.state.topology.gpus_free == free and service.state.pod("default", "g-0").node == "n-0-0"
+    fresh = gang_pod("h", 0, 1)  # not yet reported by the watch: taken from the body
+    assert filter_nodes(service.filter(fresh))

@@ -125,11 +125,13 @@ class FastVerbs:
     other methods, and the reference of what is served).
     """
 
-    def __init__(self, app: Starlette, calls: dict[str, VerbCall], max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(self, app: Starlette, calls: dict[str, VerbCall], max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 authorize: Any = None) -> None:
         self.app = app
         self.calls = calls
         self.state = app.state
         self.max_body_bytes = max_body_bytes
+        self.authorize = authorize  # scheduler.service.tls.VerbAuth: who may call the verbs (None: anyone)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -138,6 +140,12 @@ class FastVerbs:
         call = self.calls.get(scope.get("path", "")) if scope["method"] == "POST" else None
         if call is None:
             await self._starlette(scope, receive, send)
+            return
+        if self.authorize is not None and (refusal := self.authorize.check_scope(scope)) is not None:
+            status, payload, headers = refusal  # before reading the body: an unauthorized caller costs nothing
+            log.warning("%s %s refused: %d %s", scope["method"], scope.get("path", ""), status, payload.decode())
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": payload})
             return
         status, payload = await self._read_body(scope, receive)
         if status == 0:
@@ -245,7 +253,7 @@ def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[
 
 def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[], bool] = lambda: True,
                sweep_seconds: float = 1.0, gc_policy: GcPolicy | None = None,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastVerbs:
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, authorize: Any = None) -> FastVerbs:
     """The ASGI app serving every verb of one scheduler (with `gc_policy`, its sweeper also re-freezes
     the long-lived state for the garbage collector after rebuilds; see `scheduler.service.gcpolicy`)."""
 
@@ -280,4 +288,4 @@ def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callabl
                     exception_handlers={Exception: internal_error})
     app.state.scheduler = scheduler
     app.state.metrics = metrics
-    return FastVerbs(app, calls, max_body_bytes)
+    return FastVerbs(app, calls, max_body_bytes, authorize)

@@ -67,8 +67,9 @@ def reservation_message(doc: dict) -> pb.Reservation:
 class PlacementServicer(pb_grpc.PlacementServicer):
     """Implements meshfit.v1.Placement over one `GangScheduler`."""
 
-    def __init__(self, scheduler: GangScheduler) -> None:
+    def __init__(self, scheduler: GangScheduler, auth=None) -> None:
         self.scheduler = scheduler
+        self.auth = auth  # scheduler.service.tls.VerbAuth: who may reserve (None: anyone)
 
     def _gang(self, request: pb.PlaceRequest, context: grpc.ServicerContext):
         try:
@@ -78,6 +79,8 @@ class PlacementServicer(pb_grpc.PlacementServicer):
 
     def Place(self, request: pb.PlaceRequest, context: grpc.ServicerContext) -> pb.PlaceResponse:  # noqa: N802
         """Place the gang (dry run, or reserve it)."""
+        if request.reserve and self.auth is not None and (refusal := self.auth.grpc_refusal(context)) is not None:
+            context.abort(*refusal)
         gang = self._gang(request, context)
         try:
             placement = self.scheduler.place(gang, reserve=request.reserve)
@@ -112,15 +115,19 @@ class PlacementServicer(pb_grpc.PlacementServicer):
             reservations=[reservation_message(d) for d in self.scheduler.reservations()])
 
 
-def serve_grpc(scheduler: GangScheduler, address: str, workers: int = 4) -> grpc.Server:
-    """Start the gRPC server (Placement + health) on `address` ("host:port", port 0 = any); returns it."""
+def serve_grpc(scheduler: GangScheduler, address: str, workers: int = 4, tls=None, auth=None) -> grpc.Server:
+    """Start the gRPC server (Placement + health) on `address` ("host:port", port 0 = any); returns it.
+
+    With `tls` (`scheduler.service.tls.ServerTLS`) the port serves TLS with the HTTP certificate (client
+    certificates signed by its client CA required when it has one); `auth` guards `Place` with `reserve`."""
     # No SO_REUSEPORT (gRPC's default is on): a second server on a taken port must fail, not split the clients.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=[("grpc.so_reuseport", 0)])
-    pb_grpc.add_PlacementServicer_to_server(PlacementServicer(scheduler), server)
+    pb_grpc.add_PlacementServicer_to_server(PlacementServicer(scheduler, auth), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     try:
-        port = server.add_insecure_port(address)
+        port = (server.add_secure_port(address, tls.grpc_credentials()) if tls is not None
+                else server.add_insecure_port(address))
     except RuntimeError:  # newer grpcio raises where older ones returned 0
         port = 0
     if port == 0:

@@ -77,12 +77,21 @@ class DrainingServer(uvicorn.Server):
         return self._captured_signals[-1] if self._captured_signals else None
 
 
-def serve_http(app: Any, sock: socket.socket, drain_seconds: float = 10.0) -> DrainingServer:
-    """Serve `app` on the bound `sock` until a stop signal; returns the server once it has drained."""
+def serve_http(app: Any, sock: socket.socket, drain_seconds: float = 10.0, tls: Any = None) -> DrainingServer:
+    """Serve `app` on the bound `sock` until a stop signal; returns the server once it has drained.
+
+    With `tls` (a `scheduler.service.tls.ServerTLS`) the socket serves HTTPS with its SSLContext, and each
+    connection's verified client certificate reaches the app in `scope["state"]` (see `tls.peer_protocol_class`).
+    """
     host, port = sock.getsockname()[:2]
+    options: dict[str, Any] = {}
+    if tls is not None:
+        from scheduler.service.tls import peer_protocol_class
+
+        options = {"http": peer_protocol_class(), "ssl_context_factory": lambda _config, _default: tls.context}
     # log_config=None: uvicorn's loggers propagate to meshfit's handlers (see scheduler.service.logs).
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
-                            proxy_headers=False, timeout_graceful_shutdown=drain_seconds)
+                            proxy_headers=False, timeout_graceful_shutdown=drain_seconds, **options)
     server = DrainingServer(config)
     server.run(sockets=[sock])
     return server

@@ -251,3 +251,29 @@ def test_master_node_taken_during_the_restart_refuses_the_rest_until_it_frees(do
     given = {parse_assignment(stored_pod(double, name)["metadata"]["annotations"]).master_addr for name in POD_NAMES}
     assert given == {master} and table.complete and table.master_addr == master
     check_launch_env(double, table, tmp_path)
+
+
+def test_a_binding_that_fails_with_500_leaves_the_pod_untouched_and_the_gang_whole(double, api_client, tmp_path):
+    service = start_service(api_client)
+    try:
+        first = schedule(service, double, POD_NAMES[1])
+        double.fail_next("POST", "/binding", 500)  # the API server fails this member's Binding
+        pod = stored_pod(double, POD_NAMES[2])
+        nodes = sorted(n["metadata"]["name"] for n in cluster_nodes())
+        [node] = service.client.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": nodes}).json()["NodeNames"]
+        reply = service.client.post("/bind", json={"PodName": POD_NAMES[2], "PodNamespace": NAMESPACE,
+                                                   "PodUID": pod["metadata"]["uid"], "Node": node}).json()
+        assert "HTTP 500" in reply["Error"]
+        failed = stored_pod(double, POD_NAMES[2])  # nothing half-done: no node, no assignment annotations
+        assert not failed["spec"].get("nodeName")
+        assert not any(k.startswith("meshfit.io/ranks") for k in failed["metadata"].get("annotations", {}))
+        entry = service.state.ledger.get(f"{NAMESPACE}/{JOB}")
+        assert entry.slots[2].state == "reserved" and entry.node_of(2) == node  # still held for it
+        rest = [POD_NAMES[0], POD_NAMES[2], POD_NAMES[3]]
+        chosen = {name: schedule(service, double, name) for name in rest}  # kube-scheduler retries: no disagreement
+        assert chosen[POD_NAMES[2]] == node
+        table = published_table(double)
+    finally:
+        service.cache.stop()
+    assert table.complete and table.pod_nodes[1] == first
+    check_launch_env(double, table, tmp_path)

@@ -67,7 +67,11 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         self.double.requests.append((verb, url.path, query))
         try:
-            self.double.maybe_fail(verb, url.path)
+            try:
+                self.double.maybe_fail(verb, url.path)
+            except ApiError:
+                self._drain_body()  # keep-alive: an unread body would be parsed as the next request
+                raise
             group, version, plural, namespace, name, sub = parse_path(url.path)
             resource = self.double.store.resource(group, version, plural)
             if resource.namespaced and name is not None and namespace is None:
@@ -78,6 +82,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(exc.code, exc.status())
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+    def _drain_body(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
 
     def do_GET(self) -> None:  # noqa: N802 (stdlib name)
         """Get, list or watch."""

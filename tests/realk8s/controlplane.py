@@ -206,8 +206,11 @@ def write_kubeconfig(path: Path, server: str, ca: Path, user: str, token: str) -
 
 def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bool = False,
                      percentage_of_nodes_to_score: int | None = None, pod_initial_backoff_seconds: int = 1,
-                     pod_max_backoff_seconds: int = 10) -> dict:
-    """A KubeSchedulerConfiguration (v1) with one `meshfit` profile and meshfit as extender."""
+                     pod_max_backoff_seconds: int = 10, extender_tls: dict | None = None) -> dict:
+    """A KubeSchedulerConfiguration (v1) with one `meshfit` profile and meshfit as extender.
+
+    `extender_tls` (e.g. {"certFile": ..., "keyFile": ..., "caFile": ...}) turns on `enableHTTPS` with that
+    extender `tlsConfig` (kube-scheduler then presents the client certificate to meshfit)."""
     config: dict = {
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig)},
@@ -223,6 +226,8 @@ def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bo
     }
     if percentage_of_nodes_to_score is not None:
         config["percentageOfNodesToScore"] = percentage_of_nodes_to_score
+    if extender_tls is not None:
+        config["extenders"][0].update({"enableHTTPS": True, "tlsConfig": dict(extender_tls)})
     return config
 
 
@@ -303,7 +308,7 @@ class ControlPlane:
     def start_scheduler(self, extender_url: str, node_cache_capable: bool = False,
                         percentage_of_nodes_to_score: int | None = None, pod_initial_backoff_seconds: int = 1,
                         pod_max_backoff_seconds: int = 10, verbosity: int = 2,
-                        extra_args: Sequence[str] = ()) -> ManagedProcess:
+                        extra_args: Sequence[str] = (), extender_tls: dict | None = None) -> ManagedProcess:
         """Start kube-scheduler (profile `meshfit`, meshfit as extender) and wait for its /healthz."""
         if self.scheduler is not None and self.scheduler.alive():
             raise RuntimeError("kube-scheduler already running; stop_scheduler() first")
@@ -311,11 +316,11 @@ class ControlPlane:
             extender_url=extender_url, node_cache_capable=node_cache_capable,
             percentage_of_nodes_to_score=percentage_of_nodes_to_score,
             pod_initial_backoff_seconds=pod_initial_backoff_seconds, pod_max_backoff_seconds=pod_max_backoff_seconds,
-            verbosity=verbosity, extra_args=tuple(extra_args))
+            verbosity=verbosity, extra_args=tuple(extra_args), extender_tls=extender_tls)
         config_path = self.run_dir / "scheduler-config.yaml"
         config_path.write_text(json.dumps(scheduler_config(
             self.scheduler_kubeconfig, extender_url, node_cache_capable, percentage_of_nodes_to_score,
-            pod_initial_backoff_seconds, pod_max_backoff_seconds), indent=2))
+            pod_initial_backoff_seconds, pod_max_backoff_seconds, extender_tls), indent=2))
         port = free_port()
         self.scheduler = ManagedProcess("kube-scheduler", [
             str(self.bin_dir / "kube-scheduler"), f"--config={config_path}", "--bind-address=127.0.0.1",
@@ -357,16 +362,18 @@ class MeshfitProcess:
     """`meshfit serve` in real mode against the control plane, on a free loopback port."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, extra_args: Sequence[str] = (),
-                 port: int | None = None, ready_timeout: float = 30.0) -> None:
+                 port: int | None = None, ready_timeout: float = 30.0,
+                 tls_context: ssl.SSLContext | None = None) -> None:
         self.kubeconfig, self.log_path, self.extra_args = kubeconfig, log_path, list(extra_args)
+        self.tls_context = tls_context  # meshfit serves HTTPS (TLS flags in extra_args); used for /readyz
         self.port = port or free_port()
         self.ready_timeout = ready_timeout
         self.process: ManagedProcess | None = None
 
     @property
     def url(self) -> str:
-        """Base URL, http://127.0.0.1:<port>."""
-        return f"http://127.0.0.1:{self.port}"
+        """Base URL, http://127.0.0.1:<port> (https:// with a `tls_context`)."""
+        return f"{'https' if self.tls_context is not None else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> "MeshfitProcess":
         """Launch and wait until GET /readyz answers 200."""
@@ -374,7 +381,8 @@ class MeshfitProcess:
         argv = [str(exe), "serve", "--kubeconfig", str(self.kubeconfig), "--host", "127.0.0.1",
                 "--port", str(self.port), "--grpc-port", "0", *self.extra_args]
         self.process = ManagedProcess("meshfit", argv, self.log_path).start()
-        wait_until(lambda: http_ok(f"{self.url}/readyz"), self.ready_timeout, self.process, "/readyz 200")
+        wait_until(lambda: http_ok(f"{self.url}/readyz", self.tls_context), self.ready_timeout, self.process,
+                   "/readyz 200")
         return self
 
     def alive(self) -> bool:

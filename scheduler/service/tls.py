@@ -264,16 +264,18 @@ def security_from_flags(cert_file: Optional[Path], key_file: Optional[Path], cli
     return tls, auth
 
 
-def peer_protocol_class() -> type:
-    """uvicorn's HTTP protocol class (the one "auto" picks) recording the client certificate per connection.
+def peer_protocol_class(base: Optional[type] = None) -> type:
+    """uvicorn's HTTP protocol class (`base`, default the one "auto" picks: httptools, else h11) recording the
+    client certificate per connection.
 
     asyncio calls `connection_made` after the TLS handshake; the identity goes into this
     connection's own copy of uvicorn's lifespan state, which uvicorn copies into each request's
     `scope["state"]` (both its httptools and h11 protocols build the scope that way).
     """
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+    if base is None:
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol as base
 
-    class PeerCertProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+    class PeerCertProtocol(base):  # type: ignore[misc, valid-type]
         def connection_made(self, transport: Any) -> None:
             ssl_object = transport.get_extra_info("ssl_object")
             peer = identity_of(ssl_object.getpeercert()) if ssl_object is not None else None

@@ -356,3 +356,47 @@ def test_bad_tls_flags_are_one_line(pki, tmp_path, case, fragment):
                             options.get("--allowed-client-names"),
                             Path(options["--verb-token-file"]) if "--verb-token-file" in options else None)
     assert fragment in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("impl", ["h11", "httptools"])
+def test_both_uvicorn_protocols_carry_the_peer_into_scope_state(pki, impl):
+    """The peer certificate reaches `scope["state"]` with either of uvicorn's HTTP implementations."""
+    import threading
+
+    import uvicorn
+
+    from scheduler.service.server import bind_http_socket
+    from scheduler.service.tls import ServerTLS, peer_protocol_class
+
+    if impl == "h11":
+        from uvicorn.protocols.http.h11_impl import H11Protocol as base
+    else:
+        base = pytest.importorskip("uvicorn.protocols.http.httptools_impl").HttpToolsProtocol
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        peer = (scope.get("state") or {}).get(PEER_STATE_KEY)
+        body = json.dumps(list(peer.names) if peer else None).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    tls = ServerTLS.load(pki / "server.crt", pki / "server.key", pki / "ca.crt")
+    sock = bind_http_socket("127.0.0.1", 0)
+    config = uvicorn.Config(app, log_config=None, lifespan="off", http=peer_protocol_class(base),
+                            ssl_context_factory=lambda _c, _d: tls.context)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        port = sock.getsockname()[1]
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert json.loads(call(port, "GET", "/", context=client_context(pki, "dns-named"))[1]) == ["whoever",
+                                                                                                  "kube-scheduler"]
+        assert json.loads(call(port, "GET", "/", context=client_context(pki))[1]) is None
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

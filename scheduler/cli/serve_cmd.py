@@ -223,10 +223,12 @@ def register(app: typer.Typer) -> None:
             log_started("embedded" if cluster is not None else "kubernetes", host, http_socket.getsockname()[1],
                         grpc_server, state, policy)
             if tls is not None or verb_auth is not None:
-                log.info("HTTP %s; verbs: %s", "HTTPS (TLS >= 1.2), gRPC TLS" if tls is not None else "plain HTTP",
-                         "any caller" if verb_auth is None else
-                         "bearer token" if verb_auth.mode == "token" else
-                         "client certificate " + (", ".join(sorted(verb_auth.allowed_names)) or "signed by the CA"))
+                log.info("transport: %s; verbs need %s",
+                         "HTTPS (TLS >= 1.2) and gRPC over TLS" if tls is not None else "plain HTTP and gRPC",
+                         "nothing" if verb_auth is None else
+                         "a bearer token" if verb_auth.mode == "token" else
+                         "a client certificate " + ("named " + ", ".join(sorted(verb_auth.allowed_names))
+                                                    if verb_auth.allowed_names else "signed by --client-ca-file"))
             server = serve_http(app, http_socket, tls=tls)
         finally:
             if grpc_server is not None:

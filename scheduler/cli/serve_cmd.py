@@ -62,7 +62,8 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
     state = ClusterState(config, tolerations, ttl)
     state.policy = policy  # the first list already re-holds the missing members of partly bound gangs
     state.watch_is_truth = True  # request bodies select pods, never overwrite what the API server says
-    threading.Thread(target=run_cache, args=(state, api_client), name="meshfit-cache", daemon=True).start()
+    if start_cache:  # with --leader-elect the cache starts (a fresh list) only once the lease is won
+        threading.Thread(target=run_cache, args=(state, api_client), name="meshfit-cache", daemon=True).start()
     return state, KubeBinder(api_client)
 
 
@@ -148,6 +149,23 @@ def register(app: typer.Typer) -> None:
         toleration: list[str] = typer.Option([], "--toleration", help="Taint to tolerate (key[=value][:Effect])."),
         max_body_bytes: int = typer.Option(16 * 1024 * 1024, "--max-body-bytes",
                                            help="Largest request body accepted; larger ones get 413 unread."),
+        leader_elect: bool = typer.Option(False, "--leader-elect",
+                                          help="Real mode, several replicas: only the holder of a coordination.k8s.io "
+                                               "Lease serves (and is ready); the others stand by and take over."),
+        leader_elect_namespace: str = typer.Option("", "--leader-elect-namespace",
+                                                   help="Namespace of the Lease (default: the pod's own, else "
+                                                        "meshfit-system)."),
+        leader_elect_lease_name: str = typer.Option("meshfit", "--leader-elect-lease-name", help="Lease name."),
+        leader_elect_identity: str = typer.Option("", "--leader-elect-identity",
+                                                  help="This replica's holder identity (default: hostname_pid)."),
+        leader_elect_lease_duration: float = typer.Option(15.0, "--leader-elect-lease-duration",
+                                                          help="Seconds a standby waits after the last renew "
+                                                               "before taking the Lease."),
+        leader_elect_renew_deadline: float = typer.Option(10.0, "--leader-elect-renew-deadline",
+                                                          help="Seconds the leader keeps serving without a "
+                                                               "successful renew (then it exits, status 1)."),
+        leader_elect_retry_period: float = typer.Option(2.0, "--leader-elect-retry-period",
+                                                        help="Seconds between Lease attempts (>= 1)."),
         log_format: str = typer.Option("text", "--log-format", help="Log lines as text or json (one object a line)."),
         log_level: str = typer.Option("info", "--log-level", help="debug, info, warning, error or critical "
                                                                    "(debug adds one line per request)."),
@@ -176,6 +194,12 @@ def register(app: typer.Typer) -> None:
             reason = f"--gang-completion-timeout must be a number of seconds > 0, got {completion_timeout}"
         if not reason and max_body_bytes < 1:
             reason = f"--max-body-bytes must be >= 1, got {max_body_bytes}"
+        from scheduler.kube.leader import LeaderOptions, leader_flags_problem
+
+        leader = LeaderOptions(leader_elect_namespace, leader_elect_lease_name, leader_elect_identity,
+                               leader_elect_lease_duration, leader_elect_renew_deadline,
+                               leader_elect_retry_period) if leader_elect else None
+        reason = reason or leader_flags_problem(leader, cluster is not None)
         if reason:
             fail(reason)
         try:
@@ -205,11 +229,16 @@ def register(app: typer.Typer) -> None:
                 if cluster is not None:
                     state, binder = embedded_state(cluster, cfg, toleration, reservation_ttl)
                 else:
-                    state, binder = real_state(kubeconfig, cfg, toleration, reservation_ttl, policy)
+                    state, binder = real_state(kubeconfig, cfg, toleration, reservation_ttl, policy,
+                                               start_cache=leader is None)
                     publisher, actions = kube_rank_table_publisher(binder), kube_actions(binder)
                 scheduler, metrics = build_scheduler(state, binder, policy, publisher, actions,
                                                      completion_timeout=completion_timeout)
-                grpc_server = _start_grpc(scheduler, grpc_port, host, tls, verb_auth) if grpc_port else None
+                grpc_server = _start_grpc(scheduler, grpc_port, host, tls, verb_auth) if grpc_port and not leader else None
+                if grpc_port and leader:  # a standby has no gRPC listener; check the port now, start it when leading
+                    from scheduler.service.server import check_free
+
+                    check_free(host, grpc_port, "gRPC")
             except (ValueError, OSError, ImportError) as exc:
                 fail(str(exc))
             # The loaded cluster is long-lived: freeze it out of every later collection, and again after each
@@ -223,13 +252,20 @@ def register(app: typer.Typer) -> None:
             log_started("embedded" if cluster is not None else "kubernetes", host, http_socket.getsockname()[1],
                         grpc_server, state, policy)
             if tls is not None or verb_auth is not None:
-                log.info("transport: %s; verbs need %s",
-                         "HTTPS (TLS >= 1.2) and gRPC over TLS" if tls is not None else "plain HTTP and gRPC",
-                         "nothing" if verb_auth is None else
-                         "a bearer token" if verb_auth.mode == "token" else
-                         "a client certificate " + ("named " + ", ".join(sorted(verb_auth.allowed_names))
-                                                    if verb_auth.allowed_names else "signed by --client-ca-file"))
+                log.info("HTTP %s; verbs: %s", "HTTPS (TLS >= 1.2), gRPC TLS" if tls is not None else "plain HTTP",
+                         "any caller" if verb_auth is None else
+                         "bearer token" if verb_auth.mode == "token" else
+                         "client certificate " + (", ".join(sorted(verb_auth.allowed_names)) or "signed by the CA"))
+            elector = None
+            if leader is not None:  # stand by for the Lease: verbs and /readyz 503 until won and re-listed
+                from scheduler.kube.leader import StandbyGate, start_leader_election
+
+                elector = start_leader_election(state, binder.api_client, leader, grpc_start=(
+                    (lambda: _start_grpc(scheduler, grpc_port, host, tls, verb_auth)) if grpc_port else None))
+                app = StandbyGate(app, elector)
             server = serve_http(app, http_socket, tls=tls)
+            if elector is not None:
+                elector.shutdown()  # drained: stop gRPC, release the Lease so a standby takes over at once
         finally:
             if grpc_server is not None:
                 grpc_server.stop(grace=5).wait(10)

@@ -113,14 +113,19 @@ class ServerTLS:
             raise ValueError(f"--tls-cert-file {tls.cert_file}: no PEM certificate in the file")
         if b"PRIVATE KEY-----" not in tls.key_pem:
             raise ValueError(f"--tls-private-key-file {tls.key_file}: no PEM private key in the file")
+        if b"ENCRYPTED" in tls.key_pem:
+            raise ValueError(f"--tls-private-key-file {tls.key_file}: the key is encrypted; give it unencrypted "
+                             f"(e.g. openssl pkey -in KEY -out PLAIN_KEY), as Kubernetes TLS Secrets hold it")
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
-            context.load_cert_chain(str(tls.cert_file), str(tls.key_file))
+            context.load_cert_chain(str(tls.cert_file), str(tls.key_file), password=lambda: b"")  # never a prompt
         except ssl.SSLError as exc:
             reason = _ssl_reason(exc)
             if "MISMATCH" in reason.upper():
                 reason = "the private key does not match the certificate"
+            elif "PEM" in reason.upper():
+                reason = f"not a valid PEM certificate and private key ({' '.join(reason.split())})"
             raise ValueError(f"--tls-cert-file {tls.cert_file} / --tls-private-key-file {tls.key_file}: "
                              f"{reason}") from None
         except OSError as exc:

@@ -325,11 +325,13 @@ def test_identity_and_any_name_when_none_are_listed():
     ("names-without-ca", "--allowed-client-names"),
     ("token-and-ca", "alternatives"),
     ("short-token", "--verb-token-file"),
+    ("encrypted-key", "encrypted"),
 ])
 def test_bad_tls_flags_are_one_line(pki, tmp_path, case, fragment):
     cert, key, ca = str(pki / "server.crt"), str(pki / "server.key"), str(pki / "ca.crt")
     (tmp_path / "garbage").write_text("not a certificate\n")
     (tmp_path / "short").write_text("abc\n")
+    _openssl("pkey", "-in", str(pki / "server.key"), "-aes256", "-passout", "pass:x", "-out", "enc.key", cwd=tmp_path)
     flags = {
         "missing-cert": ["--tls-cert-file", str(tmp_path / "absent.crt"), "--tls-private-key-file", key],
         "missing-key": ["--tls-cert-file", cert, "--tls-private-key-file", str(tmp_path / "absent.key")],
@@ -342,6 +344,7 @@ def test_bad_tls_flags_are_one_line(pki, tmp_path, case, fragment):
         "token-and-ca": ["--tls-cert-file", cert, "--tls-private-key-file", key, "--client-ca-file", ca,
                          "--verb-token-file", str(tmp_path / "short")],
         "short-token": ["--verb-token-file", str(tmp_path / "short")],
+        "encrypted-key": ["--tls-cert-file", cert, "--tls-private-key-file", str(tmp_path / "enc.key")],
     }[case]
     if case in ("missing-cert", "mismatch"):  # two through the CLI (one line, exit 2), the rest in-process
         env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}

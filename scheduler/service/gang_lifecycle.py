@@ -128,11 +128,12 @@ class GangLifecycle:
                    f"on {len(nodes)} node(s) ({how})"
                    + (f", predicted step communication {cost.step_comm_seconds:.4g} s" if cost else ""))
         log.info(message, extra={"gang": entry.gang_key, "decision": "reserved"})
-        for record in self.members(entry.gang_key):
+        members = self.members(entry.gang_key)
+        self._tell_gang(members, "GangReserved", message)
+        for record in members:
             if record.node:
                 continue
             self.told.pop(record.uid, None)
-            self.dispatcher.event(self.pod_ref(record), "GangReserved", message, EVENT_NORMAL)
             if record.uid in self.turned_away and (by is None or record.uid != by.uid):
                 self._requeue(record, entry.node_of(record.member.index))  # refused before: maybe parked
 
@@ -141,8 +142,14 @@ class GangLifecycle:
         self._observe(entry.gang_key, "bound")
         message = f"gang {entry.gang_key}: all {len(entry.gang.pods)} pods bound"
         log.info(message, extra={"gang": entry.gang_key, "decision": "bound"})
-        for record in self.members(entry.gang_key):
-            self.dispatcher.event(self.pod_ref(record), "GangBound", message, EVENT_NORMAL)
+        self._tell_gang(self.members(entry.gang_key), "GangBound", message)
+
+    def _tell_gang(self, members: list[PodRecord], reason: str, message: str) -> None:
+        """A Normal gang-wide Event on one pod (the lowest index): kube-scheduler already records its own
+        `Scheduled` Event on every pod, and an API call per member per step would halve the bind rate."""
+        if members:
+            first = min(members, key=lambda r: r.member.index)
+            self.dispatcher.event(self.pod_ref(first), reason, message, EVENT_NORMAL)
 
     def expired(self, keys: list[str]) -> None:
         """Reservations released by their TTL: back to the queue, pods told."""

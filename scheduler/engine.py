@@ -14,7 +14,7 @@ from scheduler.jobs import (
 )
 from scheduler.layout import rank_coords_table
 from scheduler.placement import PLACED, UNSCHEDULABLE, Assignment, CostReport, Placement, RankInfo
-from scheduler.policy import PlacementPolicy
+from scheduler.policy import PlacementPolicy, get_policy
 from topology.model import ClusterTopology
 
 DEFAULT_POLICY = "meshfit"
@@ -26,8 +26,6 @@ class PlacementBug(RuntimeError):
 
 def _resolve(policy: str | PlacementPolicy) -> PlacementPolicy:
     if isinstance(policy, str):
-        from plugins.policies import get_policy
-
         return get_policy(policy)
     return policy
 
@@ -105,8 +103,8 @@ def place(gang: Gang, topo: ClusterTopology, policy: str | PlacementPolicy = DEF
 def warm_caches(topo: ClusterTopology) -> None:
     """Build the per-topology caches placement reads (tree index, cost geometry, free-GPU arrays) now,
     so the first placement after a topology rebuild does not pay for them (call after every rebuild)."""
-    from plugins.policies.meshfit_search import tree_index
     from scheduler.cost import geometry
+    from scheduler.tree_index import tree_index
 
     tree_index(topo)
     geometry(topo)

@@ -1,17 +1,22 @@
 """Which gang a pod belongs to, and the `Gang` to place for it.
 
-The gang-source plugins (`plugins.gangs.identify`) recognise Volcano, coscheduling, Kueue, JobSet,
-Kubeflow, Indexed Job and plain `meshfit.io/gang` pods; this module turns a membership into the
-`Gang` the engine places.  Everything here works on plain pod dicts.
+Gang sources (Volcano, coscheduling, Kueue, JobSet, Kubeflow, Indexed Job and plain `meshfit.io/gang`
+pods) are plugins found through the `meshfit.gang_sources` entry points; `identify` asks them in
+`priority` order, the first that recognises the pod wins.  Job-level sources (the ones that know the
+pod's rank block exactly) come before generic group sources (PodGroups, Kueue pod groups), so a
+PyTorchJob scheduled through Volcano or coscheduling still gets its Master-first indices; every
+source's `refine` hook then sees the winner (Kueue adds its TAS assignment).  GPU-less pods are not
+gang members unless they carry the explicit `meshfit.io/gang` label.  This module also turns a
+membership into the `Gang` the engine places.  Everything here works on plain pod dicts.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from plugins.gangs import identify as identify_with_plugins
-from plugins.gangs.base import GangMembership
-
+from scheduler.gang_types import (
+    LABEL_GANG, GangMembership, GangSource, Lookup, NotAGangMember, labels, pod_gpus as member_pod_gpus,
+)
 from scheduler.jobs import (
     DEFAULT_RANK_ORDER,
     Gang,
@@ -23,17 +28,60 @@ from scheduler.jobs import (
     PodSlot,
     TopologyConstraint,
 )
+from scheduler.registry import Registry
 from topology.k8s import pod_gpu_request
 from topology.model import TopologyError
 
-Lookup = Callable[[str, str, str], "dict | None"]
-"""`lookup(kind, namespace, name)` -> the cached object or None (gang sources read owners with it)."""
+GANG_SOURCE_GROUP = "meshfit.gang_sources"
+"""Entry point group of gang sources."""
+
+GANG_SOURCES: Registry = Registry(GANG_SOURCE_GROUP, "gang source")
+"""Gang source name -> factory (loaded from the `meshfit.gang_sources` entry points on first lookup)."""
+
+_instances: tuple[int, tuple[GangSource, ...]] | None = None
+
+
+def gang_sources() -> tuple[GangSource, ...]:
+    """One instance of every registered gang source, in the order they are asked (`priority`, then name)."""
+    global _instances
+    cached = _instances
+    if cached is None or cached[0] != GANG_SOURCES.version:
+        version = GANG_SOURCES.version
+        sources = [factory() for factory in GANG_SOURCES.values()]
+        sources.sort(key=lambda source: (getattr(source, "priority", 0), source.name))
+        cached = _instances = (version, tuple(sources))
+    return cached[1]
+
+
+def _no_objects(kind: str, namespace: str, name: str) -> None:
+    return None
+
+
+def identify_with_sources(pod: dict, lookup: Lookup | None = None) -> GangMembership | None:
+    """The pod's gang membership from the registered sources (None = not in a gang); JobSpecError if inconsistent."""
+    lookup = lookup or _no_objects
+    if not labels(pod).get(LABEL_GANG) and member_pod_gpus(pod) == 0:
+        return None
+    sources = gang_sources()
+    for source in sources:
+        try:
+            member = source.identify(pod, lookup)
+        except NotAGangMember:
+            return None
+        if member is None:
+            continue
+        for refiner in sources:
+            refine = getattr(refiner, "refine", None)
+            if refine is not None:
+                member = refine(member, pod, lookup)
+        return member
+    return None
 
 
 def identify(pod: dict, lookup: Lookup | None = None) -> GangMembership | None:
-    """The pod's gang membership via the gang-source plugins; None = not in a gang."""
+    """The pod's gang membership via the gang sources; None = not in a gang."""
     try:
-        return identify_with_plugins(pod, lookup or (lambda kind, ns, name: None))
+        return identify_with_sources(pod, lookup)
     except (TopologyError, KeyError, TypeError, AttributeError) as exc:
         raise JobSpecError(f"cannot identify the gang of the pod: {exc}") from exc
 

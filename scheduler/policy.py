@@ -1,7 +1,8 @@
 """The placement-policy extension point and its registry.
 
 A policy module under `plugins/policies/` defines `NAME`, one class implementing
-`PlacementPolicy`, and a `factory(**options)`; `plugins.policies` registers them by name.
+`PlacementPolicy`, and a `factory(**options)`, declared as an entry point of the `meshfit.policies`
+group (`NAME = "module:factory"` in `pyproject.toml`); `POLICIES` loads them on first lookup.
 Policies only choose nodes (and, for `rank-order: auto`, an order); the engine builds the rank
 table and prices every policy's answer with the same cost model, so comparisons are fair.
 """
@@ -12,6 +13,7 @@ from typing import Callable, Protocol
 
 from scheduler.jobs import Gang
 from scheduler.placement import Assignment
+from scheduler.registry import Registry
 from topology.model import ClusterTopology
 
 
@@ -26,3 +28,15 @@ class PlacementPolicy(Protocol):
 
 
 PolicyFactory = Callable[..., PlacementPolicy]
+
+
+POLICY_GROUP = "meshfit.policies"
+"""Entry point group of placement policies."""
+
+POLICIES: Registry = Registry(POLICY_GROUP, "policy")
+"""Policy name -> factory (loaded from the `meshfit.policies` entry points on first lookup)."""
+
+
+def get_policy(name: str, **options: object) -> PlacementPolicy:
+    """Instantiate the policy registered as `name`; ValueError naming the known ones otherwise."""
+    return POLICIES.create(name, **options)

@@ -6,7 +6,7 @@ A mixin so `scheduler.state` stays one screenful per concern; it uses the state'
 
 from __future__ import annotations
 
-from plugins.gangs.base import api_group, split_kind
+from scheduler.gang_types import api_group, split_kind
 from topology.explicit import is_hypernode, is_topology_object
 
 

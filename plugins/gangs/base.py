@@ -1,4 +1,4 @@
-"""What every gang source shares: `GangMembership`, the `GangSource` protocol, and `resolve_membership`.
+"""What every gang source shares: `resolve_membership` and readers (the types live in `scheduler.gang_types`).
 
 A source only answers "which gang, which index, how big (if the owning object says)"; the shared
 `resolve_membership` fills in the rest the same way for every source: GPUs per pod (kube's
@@ -11,8 +11,7 @@ line naming the pod.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Mapping
 
 from scheduler.jobs import (
     ANNOTATION_MAX_COMM_RATIO, KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, parse_max_comm_ratio,
@@ -20,112 +19,29 @@ from scheduler.jobs import (
     pick_topology_level,
     ANNOTATION_MODEL, ANNOTATION_PARALLELISM, ANNOTATION_PREFERRED_LEVEL, ANNOTATION_RANK_ORDER,
     ANNOTATION_REQUIRED_LEVEL, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, JobSpecError,
-    MAX_GANG_PODS, MAX_GPUS_PER_POD, ModelShape, Parallelism, TopologyConstraint, parse_key_values,
+    MAX_GANG_PODS, ModelShape, Parallelism, TopologyConstraint, parse_key_values,
 )
-from scheduler.handoff import ANNOTATION_GANG, ANNOTATION_POD_INDEX
+from scheduler.gang_types import (  # the core's types and readers, re-exported for the sources
+    LABEL_GANG, GangMembership, GangSource, Lookup, NotAGangMember, annotations, api_group, labels, metadata,
+    namespace_of, parse_count, pod_gpus, pod_label, qualified_kind, split_kind,
+)
+from scheduler.handoff import ANNOTATION_POD_INDEX
 from scheduler.manifest_kinds import READERS
 from scheduler.manifests import KNOWN_KEYS, merged_annotations
-from topology.k8s import pod_gpu_request
-from topology.model import TopologyError
 
-Lookup = Callable[[str, str, str], "dict | None"]
-"""`lookup(kind, namespace, name)` -> the cached object (plain k8s JSON dict) or None.
-
-Sources ask with the group-qualified kind (`"scheduling.volcano.sh/PodGroup"`, see `qualified_kind`),
-so same-named objects of two API groups (Volcano vs coscheduling PodGroups, batch vs Volcano Jobs)
-never stand in for each other; a plain kind means "that kind in any group"."""
-
-LABEL_GANG = ANNOTATION_GANG
-"""`meshfit.io/gang`: as a label it makes a pod a gang member; as an annotation a bind records it."""
 ANNOTATION_GANG_SIZE = "meshfit.io/gang-size"
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-@dataclass(frozen=True)
-class GangMembership:
-    """A pod's place in its gang: which gang, its index (rank block), the gang size and job settings."""
-
-    gang_key: str
-    index: int
-    size: int
-    source: str
-    parallelism: Parallelism | None = None
-    rank_order: str | None = None
-    model: ModelShape | None = None
-    constraint: TopologyConstraint = field(default_factory=TopologyConstraint)
-    gpus_per_pod: int = 0
-
-
-class NotAGangMember(Exception):
-    """Raised by a source that owns the pod but knows it is outside the gang (e.g. a TrainJob initializer)."""
-
-
-class GangSource(Protocol):
-    """One way of recognising gang members (Volcano, coscheduling, Kueue, JobSet, Kubeflow, Job...)."""
-
-    name: str
-
-    def identify(self, pod: dict, lookup: Lookup) -> GangMembership | None:
-        """The pod's membership, None when this source does not own the pod; JobSpecError if inconsistent."""
-        ...
-
-
 # ----- small readers over plain pod dicts ---------------------------------------------------------
-def metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """`obj.metadata` as a mapping (empty when missing or malformed)."""
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """`metadata.labels` (empty when missing)."""
-    value = metadata(obj).get("labels")
-    return value if isinstance(value, Mapping) else {}
-
-
-def annotations(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """`metadata.annotations` (empty when missing)."""
-    value = metadata(obj).get("annotations")
-    return value if isinstance(value, Mapping) else {}
-
-
-def namespace_of(obj: Mapping[str, Any] | None) -> str:
-    """`metadata.namespace`, "default" when unset."""
-    return str(metadata(obj).get("namespace") or "default")
-
-
-def pod_label(pod: dict) -> str:
-    """`pod ns/name` for error messages."""
-    return f"pod {namespace_of(pod)}/{metadata(pod).get('name') or '?'}"
-
-
 def label_or_annotation(obj: Mapping[str, Any], key: str) -> str | None:
     """A value set as a label or, failing that, as an annotation (None when absent or empty)."""
     value = labels(obj).get(key)
     if value in (None, ""):
         value = annotations(obj).get(key)
     return None if value in (None, "") else str(value)
-
-
-def parse_count(raw: Any, what: str, minimum: int = 0, maximum: int = MAX_GANG_PODS) -> int:
-    """An integer in [`minimum`, `maximum`] from a label/annotation/spec value; JobSpecError naming `what` otherwise.
-
-    The default maximum is `scheduler.jobs.MAX_GANG_PODS`: every count read from a pod or request is
-    bounded before anything is sized by it.
-    """
-    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
-        raise JobSpecError(f"{what} must be an integer, got {str(raw)[:40]!r}")
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise JobSpecError(f"{what} must be an integer, got {str(raw)[:40]!r}") from None
-    if value < minimum:
-        raise JobSpecError(f"{what} must be >= {minimum}, got {raw!r}")
-    if value > maximum:
-        raise JobSpecError(f"{what} must be at most {maximum}, got {raw!r}")
-    return value
 
 
 def optional_count(obj: Mapping[str, Any], key: str, where: str, minimum: int = 0,
@@ -146,23 +62,6 @@ def owner_name(pod: dict, kind: str, group: str | None = None) -> str | None:
     return None
 
 
-def api_group(api_version: Any) -> str:
-    """API group of an apiVersion string ("" for core / batch-less versions)."""
-    text = str(api_version or "")
-    return text.rpartition("/")[0] if "/" in text else ""
-
-
-def qualified_kind(group: str, kind: str) -> str:
-    """`group/Kind` (just `Kind` for the core group), the form lookups and the cluster state key objects by."""
-    return f"{group}/{kind}" if group else kind
-
-
-def split_kind(text: str) -> tuple[str | None, str]:
-    """(API group, kind) of `group/Kind`; group None for a plain kind (any group)."""
-    group, _, kind = text.rpartition("/")
-    return (group if "/" in text else None), kind
-
-
 def lookup_kind(lookup: Lookup, kind: str, group: str, namespace: str, name: str | None) -> dict | None:
     """The cached object of kind `kind` in API `group`; an object of another group with that kind is ignored."""
     if not name:
@@ -173,18 +72,6 @@ def lookup_kind(lookup: Lookup, kind: str, group: str, namespace: str, name: str
     if obj.get("apiVersion") and api_group(obj.get("apiVersion")) != group:
         return None
     return obj
-
-
-def pod_gpus(pod: dict) -> int:
-    """GPUs the pod holds (kube's max(app + sidecars, each init step) rule); JobSpecError if malformed or
-    above `scheduler.jobs.MAX_GPUS_PER_POD`."""
-    try:
-        gpus = pod_gpu_request(pod)
-    except TopologyError as exc:
-        raise JobSpecError(str(exc)) from None
-    if gpus > MAX_GPUS_PER_POD:
-        raise JobSpecError(f"{pod_label(pod)} requests {gpus} GPUs; at most {MAX_GPUS_PER_POD} per pod are accepted")
-    return gpus
 
 
 # ----- job settings: pod annotations first, the owner object fills the gaps --------------------------

@@ -22,6 +22,8 @@ class CoschedulingSource:
     """Members of a coscheduling PodGroup; size from the PodGroup's `spec.minMember`."""
 
     name = NAME
+    priority = 80
+    """Order among gang sources (lower is asked first): group source, asked last."""
 
     def identify(self, pod: dict, lookup: Lookup) -> GangMembership | None:
         """Membership for pods labelled with a coscheduling PodGroup; None otherwise."""

@@ -18,6 +18,8 @@ class IndexedJobSource:
     """Pods of an Indexed Job; index = completion index, size = the Job's parallelism (= completions)."""
 
     name = NAME
+    priority = 50
+    """Order among gang sources (lower is asked first): the last job-level source."""
 
     def identify(self, pod: dict, lookup: Lookup) -> GangMembership | None:
         """Membership for Indexed Job pods; None for pods without a completion index or Job."""

@@ -104,6 +104,8 @@ class JobSetSource:
     """JobSet members; the whole JobSet is one gang."""
 
     name = NAME
+    priority = 40
+    """Order among gang sources (lower is asked first): job-level source."""
 
     def identify(self, pod: dict, lookup: Lookup) -> GangMembership | None:
         """Membership for pods labelled with a JobSet name; None otherwise."""

@@ -58,6 +58,8 @@ class PyTorchJobSource:
     """PyTorchJob members: Master = pod 0, Worker i = pod i (+1 when a Master exists)."""
 
     name = PYTORCH_NAME
+    priority = 20
+    """Order among gang sources (lower is asked first): job-level sources (exact rank blocks) before group sources."""
 
     def identify(self, pod: dict, lookup: Lookup) -> GangMembership | None:
         """Membership for training-operator PyTorchJob pods; None otherwise."""
@@ -96,6 +98,8 @@ class TrainJobSource:
     """Kubeflow Trainer TrainJob members (the trainer `node` pods of its JobSet)."""
 
     name = TRAINJOB_NAME
+    priority = 30
+    """Order among gang sources (lower is asked first): before `jobset`: a TrainJob runs as a JobSet."""
 
     def identify(self, pod: dict, lookup: Lookup) -> GangMembership | None:
         """Membership for TrainJob trainer pods; None for other pods; NotAGangMember for initializer pods."""

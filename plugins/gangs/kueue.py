@@ -11,6 +11,7 @@ Workload's `status.admission.podSetAssignments[].topologyAssignment` lists the c
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
 from plugins.gangs.base import (
@@ -46,6 +47,8 @@ class KueuePodGroupSource:
     """Members of a Kueue plain-pod group; size from `pod-group-total-count`."""
 
     name = NAME
+    priority = 70
+    """Order among gang sources (lower is asked first): group source."""
 
     def identify(self, pod: dict, lookup: Lookup) -> GangMembership | None:
         """Membership for pods labelled with a Kueue pod group; None otherwise."""
@@ -59,6 +62,13 @@ class KueuePodGroupSource:
                                f"{POD_GROUP_INDEX} label (or meshfit.io/pod-index)")
         size = optional_count(pod, POD_GROUP_TOTAL, where, 1)
         return resolve_membership(pod, lookup, source=NAME, gang_name=str(group), index=index, size=size)
+
+    def refine(self, member: GangMembership, pod: dict, lookup: Lookup) -> GangMembership:
+        """Whatever source won: add the Kueue TAS assignment of the pod's Workload as `constraint.assigned_domains`."""
+        domains = assigned_domains(pod, lookup)
+        if domains and not member.constraint.assigned_domains:
+            member = replace(member, constraint=replace(member.constraint, assigned_domains=domains))
+        return member
 
 
 def _individual_values(values: Mapping[str, Any], count: int, where: str) -> list[str]:

@@ -15,6 +15,8 @@ class MeshfitLabelSource:
     """Pods that name their gang themselves; index from `meshfit.io/pod-index` (or a Job completion index)."""
 
     name = NAME
+    priority = 10
+    """Order among gang sources (lower is asked first): the explicit label is asked first."""
 
     def identify(self, pod: dict, lookup: Lookup) -> GangMembership | None:
         """Membership from the meshfit label and annotations; None without the label."""

@@ -54,6 +54,8 @@ class VolcanoSource:
     """Volcano PodGroup members; index from the task index and the Job's task order."""
 
     name = NAME
+    priority = 60
+    """Order among gang sources (lower is asked first): group sources come after the job-level ones."""
 
     def identify(self, pod: dict, lookup: Lookup) -> GangMembership | None:
         """Membership for pods naming a Volcano PodGroup; None otherwise."""

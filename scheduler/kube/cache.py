@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 import msgspec
 
-from plugins.gangs.base import qualified_kind
+from scheduler.gang_types import qualified_kind
 from scheduler.kube.api import ApiStatusError, iter_lines, open_request, request_bytes
 from scheduler.kube.resources import DEFAULT_RESOURCES, WatchedResource
 

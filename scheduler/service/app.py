@@ -59,7 +59,7 @@ def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit"
     and Events go to `actions` (real mode: `scheduler.kube.actions.KubeActions`, else recorded in
     memory).  `options` go to `GangScheduler` (e.g. `completion_timeout`).
     """
-    from plugins.policies import get_policy
+    from scheduler.policy import get_policy
 
     get_policy(policy)
     metrics = ServiceMetrics(state)

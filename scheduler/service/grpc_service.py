@@ -14,7 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from scheduler.jobs import JobSpecError, ModelShape, Parallelism, TopologyConstraint
-from plugins.gangs.base import GangMembership as Membership
+from scheduler.gang_types import GangMembership as Membership
 from scheduler.membership import gang_from_membership
 from scheduler.placement import Placement
 from scheduler.service.proto.meshfit.v1 import placement_pb2 as pb

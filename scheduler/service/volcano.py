@@ -14,7 +14,7 @@ from __future__ import annotations
 import msgspec
 
 from scheduler.jobs import ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, MAX_GANG_PODS, JobSpecError, Parallelism
-from plugins.gangs.base import GangMembership as Membership, parse_count
+from scheduler.gang_types import GangMembership as Membership, parse_count
 from scheduler.membership import gang_from_membership, identify, pod_gpus
 from scheduler.service.scheduling import GangScheduler
 from scheduler.service.wire import PodGroupShape, pod_error, shape_error

@@ -52,12 +52,16 @@ def replica(kube, identity: str) -> MeshfitProcess:
     """A `meshfit serve --leader-elect` replica (Lease `meshfit` in the test's namespace), not started."""
     args = ["--leader-elect", "--leader-elect-namespace", kube.namespace, "--leader-elect-identity", identity]
     args += [item for pair in LEASE.items() for item in pair]
+    # A gang the new leader cannot complete (re-placing several gangs' missing members can fragment the
+    # free GPUs) is rolled back whole after this long rather than the default 300 s.
+    args += ["--gang-completion-timeout", "20"]
     return MeshfitProcess(kube.control_plane.kubeconfig, kube.control_plane.logs / f"meshfit-{identity}-{kube.namespace}.log",
                           args)
 
 
 def launch_standby(process: MeshfitProcess, timeout: float = 30.0) -> None:
-    """Start a replica that is expected to stand by: wait until its /readyz answers 503 "standby"."""
+    """Start a replica that is expected to stand by: wait until its /readyz answers 503 "standby", naming
+    the holder it read on the Lease."""
     exe = Path(sys.executable).parent / "meshfit"
     argv = [str(exe), "serve", "--kubeconfig", str(process.kubeconfig), "--host", "127.0.0.1",
             "--port", str(process.port), "--grpc-port", "0", *process.extra_args]
@@ -65,7 +69,7 @@ def launch_standby(process: MeshfitProcess, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         status, text = get(f"{process.url}/readyz")
-        if status == 503 and text.startswith("meshfit standby"):
+        if status == 503 and text.startswith("meshfit standby") and "held by" in text:
             return
         assert process.alive() and time.monotonic() < deadline, f"standby never answered: {status} {text}\n{process.tail()}"
         time.sleep(0.1)
@@ -118,7 +122,7 @@ def test_standby_takes_over_when_the_leader_is_killed_mid_burst(kube):
             time.sleep(0.05)
         take_over = time.monotonic() - killed
         try:
-            status = wait_settled(kube, stack, timeout=120)
+            status = wait_settled(kube, stack, timeout=150)
         except AssertionError as exc:  # what the new leader holds, for the failure message
             raise AssertionError(f"{exc}\nnew leader /reservations: {get(f'{b.url}/reservations')[1][:3000]}\n"
                                  f"/gangs: {get(f'{b.url}/gangs')[1][:3000]}") from None
@@ -127,12 +131,14 @@ def test_standby_takes_over_when_the_leader_is_killed_mid_burst(kube):
         lease = CoordinationV1Api(kube.api_client).read_namespaced_lease("meshfit", kube.namespace)
         assert lease.spec.holder_identity == "replica-b" and lease.spec.lease_transitions == 1
         assert proxy.ready == [("127.0.0.1", b.port)] and proxy.connections[("127.0.0.1", b.port)] > 0
-        # every gang partly bound when the leader died was completed by the new leader, none left partial
-        assert all(status[name][0] == status[name][1] for name in at_kill), (at_kill, status)
+        # every gang partly bound when the leader died was completed by the new leader, or rolled back whole
+        completed = {name for name in at_kill if status[name][0] == status[name][1]}
+        assert all(name in completed or status[name][0] == 0 for name in at_kill), (at_kill, status)
         assert 0 < len(whole(status)) < len(shapes)
         # take-over: lease duration (4 s) after the last renew, plus a retry period, plus the re-list
         assert take_over < 4 + 2 * 1 + 5, take_over
-        print(f"\nHA: {len(at_kill)} gangs partly bound at SIGKILL; standby ready {take_over:.2f} s after it; "
+        print(f"\nHA: {len(at_kill)} gangs partly bound at SIGKILL ({len(completed)} completed by the new leader, "
+              f"the others rolled back whole); standby ready {take_over:.2f} s after it; "
               f"settled {settled:.1f} s after it with {len(whole(status))}/{len(shapes)} gangs whole")
     finally:
         plane.stop_scheduler()

@@ -8,6 +8,7 @@ can add policies, gang sources or handoffs the same way.
 
 from __future__ import annotations
 
+import threading
 from importlib.metadata import entry_points
 from typing import Any, Callable, Iterator, Mapping
 
@@ -38,13 +39,17 @@ class Registry(Mapping[str, Factory]):
     def __init__(self, group: str, what: str) -> None:
         self.group, self.what = group, what
         self._factories: dict[str, Factory] | None = None
+        self._lock = threading.RLock()
         self.version = 0
         """Bumped by `register` / `unregister`, so callers caching instances know to rebuild them."""
 
     def _loaded(self) -> dict[str, Factory]:
         factories = self._factories
         if factories is None:
-            factories = self._factories = load_group(self.group)
+            with self._lock:  # service threads may ask at once: load (import) the group only once
+                factories = self._factories
+                if factories is None:
+                    factories = self._factories = load_group(self.group)
         return factories
 
     def __getitem__(self, name: str) -> Factory:

@@ -45,7 +45,8 @@ def rebuild_gangs(state: Any, policy: str | None) -> list[str]:
             _hold_rendezvous(state, entry)
         for entry in partial:
             _hold_nominated(state, entry)
-        for entry in partial:
+        # largest first (whole-node members, most missing), so small members do not fragment the nodes
+        for entry in sorted(partial, key=lambda e: (-e.gang.gpus_per_pod, -len(e.missing_indices()), e.gang_key)):
             reserve_remaining(ledger, entry, state.topology, policy)
     return sorted(rebuilt)
 

@@ -42,6 +42,8 @@ log = logging.getLogger("meshfit.gang")
 REQUEUE_FIRST_SECONDS = 2.0
 REQUEUE_MAX_SECONDS = 30.0
 DEFAULT_COMPLETION_TIMEOUT = 300.0
+INCOMPLETE_PRIORITY = 2**31
+"""Queue priority of a partly bound gang waiting for room for its missing members: above any PriorityClass."""
 QUEUE_PASS_DEPTH = 64
 """At most this many waiting gangs are tried per queue pass (the simulator's backfill depth idea)."""
 
@@ -226,6 +228,11 @@ class GangLifecycle:
             elif entry.has_bound() and entry.bound_given() is not None and "pod 0" in reason:
                 self.rollback(entry, reason)
                 return
+            elif entry.has_bound():  # heads the queue: nothing new may take GPUs its missing members need
+                missing = len(entry.missing_indices())
+                self.queue.note(key, INCOMPLETE_PRIORITY, missing, entry.gang.gpus_per_pod,
+                                f"gang {key}: {entry.bound_count()} member(s) bound, {missing} waiting for room next to "
+                                f"them; ahead of every other gang: {reason}", now)
         if entry.bound_since is not None and now - entry.bound_since > self.completion_timeout:
             self.rollback(entry, f"gang {key} is not fully bound {self.completion_timeout:.0f} s after its "
                                  f"first member ({entry.bound_count()} of {len(entry.gang.pods)} bound)")
@@ -304,8 +311,11 @@ class GangLifecycle:
         for waiting in self.queue.ordered()[:QUEUE_PASS_DEPTH]:
             members = self.members(waiting.key)
             pending = [r for r in members if not r.node and r.member is not None]
-            if not pending or self.state.ledger.get(waiting.key) is not None:
+            entry = self.state.ledger.get(waiting.key)
+            if not pending or (entry is not None and not entry.missing_indices()):
                 self.queue.admitted(waiting.key)
+                continue
+            if entry is not None:  # partly bound: `_repair` re-places its missing members, every tick
                 continue
             if waiting.pods * waiting.gpus_per_pod > free:
                 continue
@@ -330,7 +340,7 @@ class GangLifecycle:
         """`GET /gangs`: waiting gangs in queue order, then reserved / bound ones (call under the lock)."""
         rows = [w.to_json(i) for i, w in enumerate(self.queue.ordered(), 1)]
         ledger = self.state.ledger.entries
-        for key in sorted(set(ledger) | set(self.rolling_back)):
+        for key in sorted((set(ledger) | set(self.rolling_back)) - set(self.queue.entries)):
             members = self.members(key)
             row = {"gang": key, "position": None, "priority": max((r.priority for r in members), default=0),
                    "bound": sum(1 for r in members if r.node)}

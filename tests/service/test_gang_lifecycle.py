@@ -206,3 +206,17 @@ def test_in_kubernetes_mode_a_forged_body_selects_but_never_overwrites():
     assert service.state.topology.gpus_free == free and service.state.pod("default", "g-0").node == "n-0-0"
     fresh = gang_pod("h", 0, 1)  # not yet reported by the watch: taken from the body
     assert filter_nodes(service.filter(fresh))
+
+
+def test_a_partly_bound_gang_short_of_room_heads_the_queue():
+    bound = [gang_pod("g", i, 4, node=f"n-0-{i}", phase="Running") for i in range(2)]
+    running = [make_pod(f"run{i}", 8, node=f"n-0-{i + 2}", phase="Running") for i in range(2)]
+    pending = [gang_pod("g", i, 4) for i in (2, 3)]
+    service = make_service(make_nodes(racks=1, nodes_per_rack=5), pods=[*bound, *running, *pending], rebuild=True)
+    service.scheduler.tick()  # 1 free node for 2 missing members: it waits, first in line
+    [row] = [r for r in service.client.get("/gangs").json()["gangs"] if r["gang"] == "default/g"]
+    assert row["state"] == "waiting" and row["position"] == 1
+    assert filter_nodes(service.filter(gang_pod("small", 0, 1))) == []  # would take the node g needs
+    service.state.delete_pod("default", "run0")
+    service.scheduler.tick()
+    assert service.state.ledger.get("default/g").missing_indices() == []

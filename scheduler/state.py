@@ -112,6 +112,8 @@ class ClusterState(GangObjectsMixin):
         """Bumped on every topology rebuild."""
         self.policy: str | None = None
         """Placement policy for re-holding the missing members of partly bound gangs at a (re)list."""
+        self.cache_failing_since: float | None = None
+        """Monotonic time since which some watch of the API server keeps failing (None: all healthy)."""
         self.watch_is_truth = False
         """Kubernetes mode: pods come from the watch; a request body may select a pod, never overwrite it."""
 

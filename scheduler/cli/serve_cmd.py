@@ -67,6 +67,18 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
     return state, KubeBinder(api_client)
 
 
+STALE_AFTER_SECONDS = 15.0
+"""A watch failing this long makes `/readyz` false: decisions would be taken on a stale view."""
+
+
+def kube_state_fresh(state: Any) -> bool:
+    """Ready in Kubernetes mode: listed at least once, and no watch failing for `STALE_AFTER_SECONDS`."""
+    import time
+
+    since = state.cache_failing_since
+    return state.generation > 0 and (since is None or time.monotonic() - since < STALE_AFTER_SECONDS)
+
+
 def kube_actions(binder: Any):
     """Real mode's requeue / evict / Event actions, sharing the binder's API client."""
     from scheduler.kube.actions import KubeActions
@@ -246,16 +258,18 @@ def register(app: typer.Typer) -> None:
             gc_policy = GcPolicy(state)
             gc_policy.freeze_now()
             metrics.track_gc_pauses()  # meshfit_gc_pause_seconds{generation}
-            ready = (lambda: True) if cluster is not None else (lambda: state.generation > 0)
+            ready = (lambda: True) if cluster is not None else (lambda: kube_state_fresh(state))
             app = create_app(scheduler, metrics, ready, gc_policy=gc_policy, max_body_bytes=max_body_bytes,
                              authorize=verb_auth)
             log_started("embedded" if cluster is not None else "kubernetes", host, http_socket.getsockname()[1],
                         grpc_server, state, policy)
             if tls is not None or verb_auth is not None:
-                log.info("HTTP %s; verbs: %s", "HTTPS (TLS >= 1.2), gRPC TLS" if tls is not None else "plain HTTP",
-                         "any caller" if verb_auth is None else
-                         "bearer token" if verb_auth.mode == "token" else
-                         "client certificate " + (", ".join(sorted(verb_auth.allowed_names)) or "signed by the CA"))
+                log.info("transport: %s; verbs need %s",
+                         "HTTPS (TLS >= 1.2) and gRPC over TLS" if tls is not None else "plain HTTP and gRPC",
+                         "nothing" if verb_auth is None else
+                         "a bearer token" if verb_auth.mode == "token" else
+                         "a client certificate " + ("named " + ", ".join(sorted(verb_auth.allowed_names))
+                                                    if verb_auth.allowed_names else "signed by --client-ca-file"))
             elector = None
             if leader is not None:  # stand by for the Lease: verbs and /readyz 503 until won and re-listed
                 from scheduler.kube.leader import StandbyGate, start_leader_election

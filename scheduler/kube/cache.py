@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -115,6 +116,8 @@ class KubeCache:
         self.threads: list[threading.Thread] = []
         self.relists: dict[str, int] = {r.name: 0 for r in self.views}
         self._responses: dict[str, Any] = {}
+        self.failing: dict[str, float] = {}
+        """Resource name -> monotonic time its watch started failing (cleared once a watch opens again)."""
 
     # ----- listing -------------------------------------------------------------------------------
     def list_resource(self, resource: WatchedResource) -> tuple[list[dict], str] | None:
@@ -220,6 +223,7 @@ class KubeCache:
                 raise ResourceExpired(exc.message) from None
             raise
         self._responses[resource.name] = response
+        self._health(resource, failing=False)
         seen = 0
         try:
             for line in iter_lines(response):
@@ -250,8 +254,18 @@ class KubeCache:
             except Exception as exc:  # noqa: BLE001 (any transport/decoding failure: back off, retry)
                 if self.stop_event.is_set():
                     return
+                self._health(resource, failing=True)
                 log.warning("watch of %s failed: %s", resource.name, exc)
                 self.stop_event.wait(backoff.next())
+
+    def _health(self, resource: WatchedResource, failing: bool) -> None:
+        """Track failing watches and tell the state since when its view may be stale
+        (`cache_failing_since`, read by `/readyz`)."""
+        if failing:
+            self.failing.setdefault(resource.name, time.monotonic())
+        else:
+            self.failing.pop(resource.name, None)
+        self.state.cache_failing_since = min(self.failing.values(), default=None)
 
     def _relist_or_wait(self, resource: WatchedResource, backoff: Backoff) -> None:
         try:

@@ -62,6 +62,23 @@ def _root(
 _register_all()
 
 
-def main() -> None:
-    """Console-script entry point."""
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: usage errors (unknown command or option, a value of the wrong type)
+    are one line on stderr and exit 2, like every other bad input."""
+    import sys
+
+    try:  # typer >= 0.16 vendors click as typer._click; older ones use click itself
+        from typer._click import exceptions as click_exceptions
+    except ImportError:
+        from click import exceptions as click_exceptions
+
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except click_exceptions.NoArgsIsHelpError as exc:
+        print(exc.format_message())
+        sys.exit(0)
+    except click_exceptions.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "meshfit"
+        print(f"error: {' '.join(exc.format_message().split())}; see '{where} --help'", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

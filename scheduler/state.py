@@ -78,6 +78,10 @@ def empty_topology() -> ClusterTopology:
     return ClusterTopology([Level(HOST_LEVEL, HOST_LABEL, link, HOST_LEVEL, (HOST_LABEL,))], [], [], link)
 
 
+MAX_REQUEST_ONLY_PODS = 20_000
+"""Pods known only from request bodies kept at most (a forged-body flood cannot grow memory without end)."""
+
+
 def _int_or_zero(value: object) -> int:
     """An integer field of a pod (priority), 0 when absent or malformed."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
@@ -112,6 +116,9 @@ class ClusterState(GangObjectsMixin):
         """Bumped on every topology rebuild."""
         self.policy: str | None = None
         """Placement policy for re-holding the missing members of partly bound gangs at a (re)list."""
+        self.max_request_only_pods = MAX_REQUEST_ONLY_PODS
+        self._request_only: dict[str, None] = {}
+        """Uids of pods known only from request bodies, oldest first (insertion order)."""
         self.cache_failing_since: float | None = None
         """Monotonic time since which some watch of the API server keeps failing (None: all healthy)."""
         self.watch_is_truth = False
@@ -248,7 +255,22 @@ class ClusterState(GangObjectsMixin):
             self._index(record)
             self._hold(self.topology, record)
             self._follow_gang(record)
+            self._track_request_only(record)
         return record
+
+    def _track_request_only(self, record: PodRecord) -> None:
+        """Bound the pods known only from request bodies: past `max_request_only_pods`, forget the oldest
+        that hold nothing (unbound; a gang member's slot stays held for it, see `_forget`)."""
+        self._request_only.pop(record.uid, None)
+        if record.from_watch:
+            return
+        self._request_only[record.uid] = None
+        while len(self._request_only) > self.max_request_only_pods:
+            uid = next(iter(self._request_only))
+            del self._request_only[uid]
+            old = self.pods.get(uid)
+            if old is not None and not old.node and not old.from_watch:
+                self._forget(old)
 
     def observe_pending_pod(self, pod: dict) -> PodRecord:
         """Note a pod seen in a scheduling request, unless the state already knows it bound.

@@ -220,3 +220,13 @@ def test_a_partly_bound_gang_short_of_room_heads_the_queue():
     service.state.delete_pod("default", "run0")
     service.scheduler.tick()
     assert service.state.ledger.get("default/g").missing_indices() == []
+
+
+def test_pods_known_only_from_requests_are_bounded():
+    service, _ = service_with(nodes=2)
+    service.state.max_request_only_pods = 50
+    for i in range(200):
+        service.filter(make_pod(f"p{i}", 1))
+    assert len(service.state.pods) == 50 and service.state.pod("default", "p199") is not None
+    assert service.state.pod("default", "p0") is None
+    service.state.topology.check_invariants()

@@ -125,6 +125,8 @@ def test_a_gang_stuck_partly_bound_is_rolled_back_whole():
     service.scheduler.tick()
     assert [c.pod.name for c in actions.of("evict")] == ["g-0"]
     assert gang_rows(service)["default/g"]["state"] == "rolling-back"
+    scrape = service.client.get("/metrics")  # the metrics answer in the rolled-back state too
+    assert scrape.status_code == 200 and 'meshfit_gang_queue{state="rolling-back"} 1.0' in scrape.text
     reply = service.filter(pods[1])  # not placed next to the doomed member
     assert filter_nodes(reply) == [] and "rolled back" in next(iter(reply["FailedNodes"].values()))
     service.state.delete_pod("default", "g-0")  # the eviction lands
@@ -172,6 +174,8 @@ def test_a_restart_re_holds_missing_members_before_any_filter():
     service = make_service(make_nodes(racks=1, nodes_per_rack=8), pods=[*bound, pending], rebuild=True)
     entry = service.state.ledger.get("default/g")
     assert entry.missing_indices() == [] and entry.node_of(2) == "n-0-5"
+    scrape = service.client.get("/metrics")  # and right after a restart
+    assert scrape.status_code == 200 and 'meshfit_gang_queue{state="binding"} 1.0' in scrape.text
     intruder = gang_pod("intruder", 0, 6)  # 8 nodes, 4 held by g: a 6-node gang cannot take g's slots
     assert filter_nodes(service.filter(intruder)) == []
     service.state.topology.check_invariants()

@@ -46,7 +46,17 @@ class WaitingGang:
         """`GET /gangs` row of a waiting gang."""
         return {"gang": self.key, "state": "waiting", "position": position, "priority": self.priority,
                 "pods": self.pods, "gpus_per_pod": self.gpus_per_pod, "arrived_at": self.arrived_at,
-                "reason": self.reason}
+                "waiting_since": since_text(self.arrived_at), "reason": self.reason}
+
+
+def since_text(at: float) -> str:
+    """A clock time as people read it in logs: `2026-11-23T08:07:25Z` (UTC)."""
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"{at:.0f}"
 
 
 @dataclass

@@ -59,6 +59,8 @@ class PodRecord:
     cached_signature: tuple | None = field(default=None, repr=False, compare=False)
     from_watch: bool = True
     """Known from the API server (list/watch), not only from a request body."""
+    scheduler_name: str = ""
+    """`spec.schedulerName` (meshfit queues pending gangs of its own profile straight from the watch)."""
 
     @property
     def key(self) -> str:
@@ -224,7 +226,7 @@ class ClusterState(GangObjectsMixin):
         if known is not None and known.fingerprint == fingerprint and (known.namespace, known.name) == (namespace, name):
             return PodRecord(uid, namespace, name, known.gpus, node, phase, known.member,
                              known.member_error, fingerprint, known.given if node else None, priority, nominated,
-                             known.cached_signature)
+                             known.cached_signature, scheduler_name=known.scheduler_name)
         try:
             gpus = pod_gpu_request(pod, self.config.gpu_resources)
         except TopologyError:
@@ -236,7 +238,9 @@ class ClusterState(GangObjectsMixin):
             error = str(exc)
         given = given_from_annotations((pod.get("metadata") or {}).get("annotations"), name) \
             if node and member is not None else None
-        return PodRecord(uid, namespace, name, gpus, node, phase, member, error, fingerprint, given, priority, nominated)
+        record = PodRecord(uid, namespace, name, gpus, node, phase, member, error, fingerprint, given, priority, nominated)
+        record.scheduler_name = str(spec.get("schedulerName") or "") if isinstance(spec, dict) else ""
+        return record
 
     def _hold(self, topo: ClusterTopology, record: PodRecord) -> None:
         key = pod_holding_key(record.namespace, record.name)

@@ -28,7 +28,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from scheduler.engine import place
-from scheduler.gang_queue import GangQueue, WaitingGang, delays_head
+from scheduler.gang_queue import GangQueue, WaitingGang, delays_head, since_text
 from scheduler.membership import gang_from_membership
 from scheduler.offered import offered_only
 from scheduler.placement import Placement
@@ -44,6 +44,8 @@ REQUEUE_MAX_SECONDS = 30.0
 DEFAULT_COMPLETION_TIMEOUT = 300.0
 INCOMPLETE_PRIORITY = 2**31
 """Queue priority of a partly bound gang waiting for room for its missing members: above any PriorityClass."""
+UNASKED_AFTER_SECONDS = 3.0
+"""A pending gang kube-scheduler has not asked about for this long is queued by meshfit from the watch."""
 QUEUE_PASS_DEPTH = 64
 """At most this many waiting gangs are tried per queue pass (the simulator's backfill depth idea)."""
 
@@ -75,6 +77,10 @@ class GangLifecycle:
         self._last_capacity: tuple = ()
         self._last_pass = 0.0
         self.counters = Counter()
+        self.noticed: dict[str, float] = {}
+        """Pod uid -> when a tick first saw it pending in the watch."""
+        self.scheduler_names: frozenset[str] = frozenset({"meshfit"})
+        """`spec.schedulerName`s whose pending gangs meshfit queues from the watch (its kube-scheduler profile)."""
         self.observe_wait: Callable[[str, float], None] | None = None
         """Called with ("reserved" | "bound", seconds since the gang's first member arrived)."""
         self._logged_wait: dict[str, str] = {}
@@ -136,8 +142,9 @@ class GangLifecycle:
             if record.node:
                 continue
             self.told.pop(record.uid, None)
-            if record.uid in self.turned_away and (by is None or record.uid != by.uid):
-                self._requeue(record, entry.node_of(record.member.index))  # refused before: maybe parked
+            parked = record.uid in self.turned_away or (by is None and record.uid not in self.seen)
+            if parked and (by is None or record.uid != by.uid):  # refused before, or never asked about by
+                self._requeue(record, entry.node_of(record.member.index))  # kube-scheduler: it may be parked
 
     def completed(self, entry: Reservation) -> None:
         """Every member is bound: log and tell the pods."""
@@ -187,10 +194,31 @@ class GangLifecycle:
         for key, entry in list(self.state.ledger.entries.items()):
             if entry.status != "bound" and key not in self.rolling_back:
                 self._requeue_overdue(entry, now)
+        self._enqueue_pending_from_watch(now)
         capacity = (self.state.generation, self.state.topology.gpus_free, len(self.queue.entries))
         if self.queue.entries and (capacity != self._last_capacity or now - self._last_pass > 10.0):
             self._last_capacity, self._last_pass = capacity, now
             self.admit_waiting()
+
+    def _enqueue_pending_from_watch(self, now: float) -> None:
+        """Queue the pending gangs of meshfit's scheduler profile the API server reports that kube-scheduler has
+        not asked about for `UNASKED_AFTER_SECONDS` (its own filters see no free GPUs, so it never calls the
+        extender): meshfit, not kube-scheduler's retry order, decides which gets room when it frees."""
+        ledger, queue = self.state.ledger.entries, self.queue
+        for key, members in self.state.gang_index.items():
+            if key in ledger or key in queue.entries or key in self.rolling_back:
+                continue
+            pending = [r for r in members.values() if not r.node and r.from_watch and r.member is not None
+                       and r.scheduler_name in self.scheduler_names]
+            for record in pending:
+                self.noticed.setdefault(record.uid, now)
+            if pending and all(r.uid not in self.seen and now - self.noticed[r.uid] >= UNASKED_AFTER_SECONDS
+                               for r in pending):
+                first = pending[0]
+                reason = (f"gang {key} ({first.member.size} pods x {first.member.gpus_per_pod} GPUs) waits for room; "
+                          f"kube-scheduler finds no node with free GPUs for its pods")
+                queue.note(key, max(r.priority for r in pending), first.member.size, first.member.gpus_per_pod,
+                           reason, now)
 
     def _forget_gone(self) -> None:
         for key in list(self.rolling_back):
@@ -205,7 +233,7 @@ class GangLifecycle:
             self.queue.forget(key)
             self._logged_wait.pop(key, None)
         known = self.state.pods
-        for table in (self.seen, self.turned_away, self.requeued, self.told):
+        for table in (self.seen, self.turned_away, self.requeued, self.told, self.noticed):
             for uid in [u for u in table if u not in known]:
                 del table[uid]
 
@@ -302,7 +330,7 @@ class GangLifecycle:
                   f"gang {key} fits, but waits behind gang {head.key} ({head.pods} pods x {head.gpus_per_pod} GPUs, "
                   f"higher in the queue): starting now would take GPUs that gang is waiting for")
         waiting = self.queue.note(key, priority, len(gang.pods), gang.gpus_per_pod, reason, self.clock(), offered)
-        return None, f"{reason} [queue position {self.queue.position(key)}, waiting since {waiting.arrived_at:.0f}]"
+        return None, f"{reason} [queue position {self.queue.position(key)}, waiting since {since_text(waiting.arrived_at)}]"
 
     def admit_waiting(self) -> list[str]:
         """One pass over the waiting gangs in order; reserves those that may start now (returns their keys)."""

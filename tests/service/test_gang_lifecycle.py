@@ -234,3 +234,22 @@ def test_pods_known_only_from_requests_are_bounded():
     assert len(service.state.pods) == 50 and service.state.pod("default", "p199") is not None
     assert service.state.pod("default", "p0") is None
     service.state.topology.check_invariants()
+
+
+def test_a_gang_kube_scheduler_never_asked_about_is_queued_from_the_watch():
+    service, actions = service_with(nodes=5)
+    old = bind_gang(service, "old", 4)  # one node left: the 2-node gang does not fit
+    for pod in (gang_pod("unasked", i, 2) for i in range(2)):  # the watch reports them; no filter ever comes
+        pod["spec"]["schedulerName"] = "meshfit"
+        service.state.upsert_pod(pod)
+    service.scheduler.tick()
+    assert "default/unasked" not in gang_rows(service)  # kube-scheduler may still be on its way
+    service.clock.advance(4.0)
+    service.scheduler.tick()
+    assert gang_rows(service)["default/unasked"]["state"] == "waiting"
+    reply = service.filter(gang_pod("late", 0, 1))  # fits on the free node, but arrived later: behind it
+    assert filter_nodes(reply) == [] and "waits behind gang default/unasked" in next(iter(reply["FailedNodes"].values()))
+    delete_gang(service, old)
+    service.scheduler.tick()
+    assert gang_rows(service)["default/unasked"]["state"] == "reserved"
+    assert {c.pod.name for c in actions.of("requeue")} >= {"unasked-0", "unasked-1"}  # brought to kube-scheduler

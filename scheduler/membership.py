@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.gang_types import (
-    LABEL_GANG, GangMembership, GangSource, Lookup, NotAGangMember, labels, pod_gpus as member_pod_gpus,
+    LABEL_GANG, GangMembership, GangSource, Lookup, NotAGangMember, labels, pod_gpus,
 )
 from scheduler.jobs import (
     DEFAULT_RANK_ORDER,
@@ -29,7 +29,6 @@ from scheduler.jobs import (
     TopologyConstraint,
 )
 from scheduler.registry import Registry
-from topology.k8s import pod_gpu_request
 from topology.model import TopologyError
 
 GANG_SOURCE_GROUP = "meshfit.gang_sources"
@@ -60,7 +59,7 @@ def _no_objects(kind: str, namespace: str, name: str) -> None:
 def identify_with_sources(pod: dict, lookup: Lookup | None = None) -> GangMembership | None:
     """The pod's gang membership from the registered sources (None = not in a gang); JobSpecError if inconsistent."""
     lookup = lookup or _no_objects
-    if not labels(pod).get(LABEL_GANG) and member_pod_gpus(pod) == 0:
+    if not labels(pod).get(LABEL_GANG) and pod_gpus(pod) == 0:
         return None
     sources = gang_sources()
     for source in sources:
@@ -84,17 +83,6 @@ def identify(pod: dict, lookup: Lookup | None = None) -> GangMembership | None:
         return identify_with_sources(pod, lookup)
     except (TopologyError, KeyError, TypeError, AttributeError) as exc:
         raise JobSpecError(f"cannot identify the gang of the pod: {exc}") from exc
-
-
-def pod_gpus(pod: dict) -> int:
-    """GPUs the pod requests; JobSpecError for a malformed quantity or more than `MAX_GPUS_PER_POD`."""
-    try:
-        gpus = pod_gpu_request(pod)
-    except TopologyError as exc:
-        raise JobSpecError(str(exc)) from None
-    if gpus > MAX_GPUS_PER_POD:
-        raise JobSpecError(f"the pod requests {gpus} GPUs; at most {MAX_GPUS_PER_POD} per pod are accepted")
-    return gpus
 
 
 def membership_signature(member: Any) -> tuple:

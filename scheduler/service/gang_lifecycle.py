@@ -77,6 +77,8 @@ class GangLifecycle:
         self._last_capacity: tuple = ()
         self._last_pass = 0.0
         self.counters = Counter()
+        self.republish: set[str] = set()
+        """Gangs (re)reserved since the scheduler last published rank tables (their nodes changed)."""
         self.noticed: dict[str, float] = {}
         """Pod uid -> when a tick first saw it pending in the watch."""
         self.scheduler_names: frozenset[str] = frozenset({"meshfit"})
@@ -127,6 +129,7 @@ class GangLifecycle:
     def reserved(self, entry: Reservation, by: PodRecord | None, how: str) -> None:
         """A gang was reserved: log, tell its pods, and requeue the members kube-scheduler may be parking."""
         self.queue.admitted(entry.gang_key)
+        self.republish.add(entry.gang_key)
         self._logged_wait.pop(entry.gang_key, None)
         if not entry.has_bound():
             self._observe(entry.gang_key, "reserved")

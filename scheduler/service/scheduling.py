@@ -98,9 +98,8 @@ class GangScheduler:
         """The periodic pass (sweeper): expiries, then rollbacks, moves, requeues and the gang queue."""
         self.sweep()
         with self.state.lock:
-            before = set(self.state.ledger.entries)
             self.lifecycle.tick()
-            reserved = set(self.state.ledger.entries) - before
+            reserved, self.lifecycle.republish = self.lifecycle.republish, set()
         for key in reserved:
             self.rank_tables.mark_due(key)
         if reserved:

@@ -154,3 +154,29 @@ def test_sampled_nodes_at_more_than_100_nodes(kube, meshfit_scheduler):
         create_gang(kube.core, kube.namespace, f"s{i}", pods=8, gpus_per_pod=GPUS, seed=20 + i)
     status = wait_settled(kube, stack, timeout=90, until=lambda st: len(whole(st)) == 6)
     assert len(whole(status)) == 6, status
+
+
+def test_members_on_failed_nodes_come_back_with_their_ranks_in_the_same_leaf(kube, meshfit_scheduler):
+    create_nodes(kube.core, 40, gpus=GPUS, leaf_size=20)  # two leaves of 20 nodes
+    stack = meshfit_scheduler()
+    create_members(kube, "g", 16, list(range(16)))
+    bound = wait_for_bound(kube, stack, [f"g-worker-{i}" for i in range(16)])
+    leaf_of = {n.metadata.name: n.metadata.labels["network.topology.nvidia.com/leaf"]
+               for n in kube.core.list_node().items}
+    ranks = {p.metadata.name: p.metadata.annotations["meshfit.io/ranks"]
+             for p in kube.core.list_namespaced_pod(kube.namespace).items}
+    failed = [bound["g-worker-3"], bound["g-worker-7"]]  # not pod 0: the rendezvous stays
+    for node in failed:  # the nodes go NotReady; their pods are deleted, as the node controller would
+        kube.core.patch_node_status(node, {"status": {"conditions": [{"type": "Ready", "status": "False",
+                                                                      "reason": "KubeletNotReady"}]}})
+    for name in ("g-worker-3", "g-worker-7"):
+        kube.core.delete_namespaced_pod(name, kube.namespace, grace_period_seconds=0)
+    time.sleep(1)
+    create_members(kube, "g", 16, [3, 7])  # the job controller recreates them
+    again = wait_for_bound(kube, stack, ["g-worker-3", "g-worker-7"])
+    assert not set(again.values()) & set(failed)
+    assert {leaf_of[n] for n in again.values()} == {leaf_of[bound["g-worker-0"]]}  # next to their peers
+    for name in again:  # same ranks, and the launch annotations say so
+        pod = kube.core.read_namespaced_pod(name, kube.namespace)
+        assert pod.metadata.annotations["meshfit.io/ranks"] == ranks[name]
+    assert wait_settled(kube, stack, quiet=2.0) == {"g": (16, 16)}

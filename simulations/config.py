@@ -15,7 +15,9 @@ failures) and is repaired after an exponential time with mean `repair_hours`; ea
 its own seeded stream, so every policy sees the same failures.  A job with a pod on a failed node is
 killed, loses the work since its last checkpoint (every `checkpoint_minutes` of running, written
 asynchronously) and rejoins the queue at its original position; every restart first pays
-`restart_minutes`.  ETTR = productive (kept) training time / time from first start to completion.
+`restart_minutes`.  What happens to the rest of a killed gang is the `Recovery` policy
+(`simulations.recovery`): restart the whole job (the default), replace one node at a time, or replace
+every failed node at once from spares first (meshfit).  ETTR and goodput: `simulations.metrics`.
 """
 
 from __future__ import annotations
@@ -77,6 +79,17 @@ class RuntimeModel:
         return max(1.0, (compute + exposed * step_comm) / (compute + exposed * lower_bound))
 
 
+class Recovery(str, Enum):
+    """What happens to a running gang when one of its nodes fails."""
+
+    restart = "restart"
+    """Volcano-like: kill the whole gang, requeue it at its position, place it again from scratch."""
+    replace_one = "replace-one"
+    """Kueue-like: keep the other pods; replace failed nodes one at a time, each paying `replace_minutes`."""
+    meshfit = "meshfit"
+    """Keep the rank map; replace every failed node at once (spares first, nearest domain first)."""
+
+
 @dataclass(frozen=True)
 class FailureModel:
     """Node failure / repair rates and the checkpoint-restart model (0 MTBF = no failures)."""
@@ -85,15 +98,32 @@ class FailureModel:
     repair_hours: float = 4.0
     checkpoint_minutes: float = 30.0
     restart_minutes: float = 5.0
+    recovery: Recovery = Recovery.restart
+    spares: float = 0.0
+    """Share of each leaf domain's nodes held back as spares (rounded up per leaf; 0 = none)."""
+    replace_minutes: float = 3.0
+    """Time to bring up the pods of one replacement node (recreate, bind, start) before training resumes."""
+    scripted: tuple[tuple[float, int, float], ...] = ()
+    """(time seconds, node index, repair seconds) failures used instead of random ones (tests, what-ifs)."""
 
     def __post_init__(self) -> None:
-        if min(self.node_mtbf_hours, self.repair_hours, self.checkpoint_minutes, self.restart_minutes) < 0:
+        if min(self.node_mtbf_hours, self.repair_hours, self.checkpoint_minutes, self.restart_minutes,
+               self.replace_minutes) < 0:
             raise ValueError("failure settings must be non-negative")
+        if not 0.0 <= self.spares < 1.0:
+            raise ValueError("spares must be a share in [0, 1)")
+        object.__setattr__(self, "recovery", Recovery(self.recovery))
+
+    @property
+    def requeue_seconds(self) -> float:
+        """What a requeued gang pays before training resumes: restart, plus (whole-gang restart) its pods' bring-up."""
+        bring_up = self.replace_minutes * 60.0 if self.recovery == Recovery.restart and self.enabled else 0.0
+        return self.restart_minutes * 60.0 + bring_up
 
     @property
     def enabled(self) -> bool:
         """True when nodes fail at all."""
-        return self.node_mtbf_hours > 0
+        return self.node_mtbf_hours > 0 or bool(self.scripted)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from scheduler.jobs import Gang
 from simulations.workload import SimJob
 
 PENDING, QUEUED, RUNNING, DONE, REJECTED = "pending", "queued", "running", "done", "not-completed"
+RECOVERING = "recovering"
+"""Some nodes failed; the gang keeps its other pods while replacements come up (`simulations.recovery`)."""
 
 
 @dataclass(slots=True)
@@ -37,6 +39,14 @@ class RunJob:
     skip_epoch: int = -1
     reason: str | None = None
     tier: str = ""
+    pod_nodes: list[int] = field(default_factory=list)
+    """Node index per pod of the current run (-1: the pod lost its node and waits for a replacement)."""
+    rank_order: str = ""
+    held: float = 0.0
+    """GPU-seconds held by the job's pods so far (running, restarting, or idle while recovering)."""
+    held_gpus: int = 0
+    held_since: float = 0.0
+    replacements: int = 0
 
     @property
     def gpus(self) -> int:
@@ -65,6 +75,7 @@ class RunJob:
         for node in pod_node_indices:  # first-seen node order, as Counter would give
             usage[node] = usage.get(node, 0) + per_pod
         self.usage = usage
+        self.pod_nodes = list(pod_node_indices)
         self.slowdown, self.comm_ratio = slowdown, comm_ratio
         self.overhead = restart_seconds if self.restarts else 0.0
         self.end = now + self.overhead + self.work_left * slowdown
@@ -79,6 +90,17 @@ class RunJob:
 
     def interrupt(self, now: float, checkpoint_seconds: float) -> None:
         """The current run was killed at `now`: keep checkpointed progress, lose the rest, requeue."""
+        self.pause(now, checkpoint_seconds)
+        self.state = QUEUED
+        self.usage = {}
+
+    def hold(self, now: float, gpus: int) -> None:
+        """From `now` on the job's pods hold `gpus` GPUs (integrates `held`)."""
+        self.held += self.held_gpus * (now - self.held_since)
+        self.held_gpus, self.held_since = gpus, now
+
+    def pause(self, now: float, checkpoint_seconds: float) -> None:
+        """A node under the running job failed at `now`: roll back to the last checkpoint (keeps its nodes)."""
         ran = max(now - self.start - self.overhead, 0.0)
         kept = (ran // checkpoint_seconds) * checkpoint_seconds if checkpoint_seconds > 0 else 0.0
         kept = min(kept, self.work_left * self.slowdown)
@@ -87,8 +109,7 @@ class RunJob:
         self.lost += ran - kept
         self._account(now)
         self.restarts += 1
-        self.state = QUEUED
-        self.usage = {}
+        self.state = RECOVERING
 
     def _account(self, now: float) -> None:
         wall = now - self.start

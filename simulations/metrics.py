@@ -8,7 +8,12 @@
 - NVLink domains broken (per sample) = NVLink domains (hosts where the NVLink island is the node)
   with both free and used GPUs.
 - comm slowdown (per job) = runtime multiplier of its placements (`config.RuntimeModel`).
-- ETTR = sum of GPUs x productive time / sum of GPUs x (completion - first start).
+- ETTR (`summary.json`) = sum of GPUs x productive time / sum of GPUs x (completion - first start);
+  `details.json` also has `ettr_submit`, the same over (completion - submission), so first queueing
+  counts too.  Productive time = running time whose progress was kept (checkpointed or finished):
+  it excludes work lost since the last checkpoint, restart cost, replacement waits and requeueing.
+- goodput = sum of GPUs x productive time / GPU-seconds the jobs' pods held (held GPUs include
+  restart time, lost work and GPUs kept idle while replacements come up; spares are not held).
 """
 
 from __future__ import annotations
@@ -88,6 +93,17 @@ def summarize(jobs: list[RunJob], total_gpus: int, busy_gpu_seconds: float, span
         "comm_slowdown_mean": _round(np.mean([rj.mean_slowdown for rj in done])) if done else 1.0,
         "ettr": _round(productive / held) if held > 0 else 1.0,
     }
+
+
+def failure_metrics(jobs: list[RunJob], recovery: dict[str, int]) -> dict[str, Any]:
+    """ETTR from submission, goodput and recovery counters of completed jobs (for `details.json`)."""
+    done = [rj for rj in jobs if rj.state == DONE]
+    productive = sum(rj.gpus * rj.productive for rj in done)
+    since_submit = sum(rj.gpus * (rj.end - rj.job.submit) for rj in done)
+    held = sum(rj.held for rj in done)
+    return {**recovery,
+            "ettr_submit": _round(productive / since_submit) if since_submit > 0 else 1.0,
+            "goodput": _round(productive / held) if held > 0 else 1.0}
 
 
 def details(jobs: list[RunJob], counters: dict[str, int], span: tuple[float, float]) -> dict[str, Any]:

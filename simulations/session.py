@@ -167,7 +167,9 @@ def base_config(seed: int, **settings: Any) -> SimConfig:
     try:
         runtime = RuntimeModel(settings.pop("comm_fraction"), settings.pop("overlap"))
         failures = FailureModel(settings.pop("node_mtbf_hours"), settings.pop("repair_hours"),
-                                settings.pop("checkpoint_minutes"), settings.pop("restart_minutes"))
+                                settings.pop("checkpoint_minutes"), settings.pop("restart_minutes"),
+                                settings.pop("recovery", "restart"), settings.pop("spares", 0.0),
+                                settings.pop("replace_minutes", 3.0))
     except ValueError as exc:
         raise InputError(str(exc)) from None
     horizon = settings.pop("horizon_hours", None)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-import random
 import time
 from collections.abc import Callable
 
@@ -33,13 +32,14 @@ from simulations.cluster import (
 )
 from simulations.config import Backfill, QueueOrder, SimConfig
 from simulations.jobstate import DONE, QUEUED, REJECTED, RUNNING, RunJob
-from simulations.metrics import RunResult, details, job_row, summarize
+from simulations.metrics import RunResult, details, failure_metrics, job_row, summarize
+from simulations.recovery import RecoveryState
 from scheduler.backfill import Reservation, reserve
 from simulations.sampling import Sampler
 from simulations.workload import Workload, kueue_slice_rule, make_gang
 from topology.model import ClusterTopology
 
-COMPLETE, FAIL, REPAIR = 0, 1, 2
+COMPLETE, FAIL, REPAIR, RECOVERED = 0, 1, 2, 3
 ProgressCallback = Callable[[int, int], None]
 
 
@@ -82,7 +82,7 @@ class Simulator:
                          "backfilled": 0, "node_failures": 0, "jobs_killed": 0,
                          "placements_skipped": 0}
         self.sampler = Sampler(topo, workload, config.samples)
-        self._node_rngs: list[random.Random] = []
+        self.recovery = RecoveryState(self)
         self.shadows: dict[int, float] = {}
         """Job index -> shadow time of the first EASY reservation it got as the blocked head."""
 
@@ -91,14 +91,17 @@ class Simulator:
         self.seq += 1
         heapq.heappush(self.heap, (when, kind, self.seq, ref, token))
 
-    def _schedule_failures(self) -> None:
-        failures = self.config.failures
-        if not failures.enabled:
-            return
-        for node in self.topo.nodes:
-            rng = random.Random(f"meshfit-failures:{self.config.seed}:{node.index}")
-            self._node_rngs.append(rng)
-            self._push(self.now + rng.expovariate(1.0 / (failures.node_mtbf_hours * 3600.0)), FAIL, node.index)
+    def push_recovered(self, when: float, rj: RunJob) -> None:
+        """Schedule the end of `rj`'s replacement batch (`recovery.RecoveryState.batch_done`)."""
+        self._push(when, RECOVERED, rj)
+
+    def _all_up(self) -> bool:
+        """True if every node is schedulable or a healthy spare."""
+        if not self.recovery.spares:
+            return all_schedulable(self.topo)
+        up = node_state(self.topo)[1].copy()
+        up[list(self.recovery.spares)] = True
+        return bool(up.all())
 
     def _advance(self, when: float) -> None:
         """Move the clock to `when`, integrating busy GPUs and taking time-series samples."""
@@ -129,8 +132,9 @@ class Simulator:
     def _start(self, rj: RunJob, placement: Placement, slowdown: float, comm_ratio: float) -> None:
         nodes = [self.topo.node_by_name[name].index for name in placement.pod_nodes]
         engine.apply(placement, self.topo)
-        rj.begin(self.now, nodes, slowdown, comm_ratio, self.config.failures.restart_minutes * 60.0)
-        rj.tier = _widest_tier(placement)
+        rj.begin(self.now, nodes, slowdown, comm_ratio, self.config.failures.requeue_seconds)
+        rj.tier, rj.rank_order = _widest_tier(placement), placement.rank_order
+        rj.hold(self.now, rj.gpus)
         self.busy += rj.gpus
         self.ideal_busy += rj.gpus / max(slowdown, 1e-12)
         for node in rj.usage:
@@ -142,11 +146,25 @@ class Simulator:
         """Release a running job's GPUs and bookkeeping (before finish / interrupt)."""
         engine.release(rj.gang, self.topo)
         self.busy -= rj.gpus
-        self.ideal_busy = self.ideal_busy - rj.gpus / max(rj.slowdown, 1e-12) if self.busy else 0.0
+        rj.hold(self.now, 0)
+        self.pause_job(rj)
         for node in rj.usage:
             self.jobs_on_node[node].discard(rj.order[2])
+
+    def pause_job(self, rj: RunJob) -> None:
+        """Take a running job off the running list (it keeps its GPUs: in-place recovery or `_stop`)."""
+        self.ideal_busy = self.ideal_busy - rj.gpus / max(rj.slowdown, 1e-12) if self.busy else 0.0
         del self.running_by_end[bisect.bisect_left(self.running_by_end, (rj.end, rj.order[2], rj))]
         self.epoch += 1
+
+    def resume_job(self, rj: RunJob, cost) -> None:
+        """Restart a recovered job on its repaired layout (priced by `cost`) after `restart_minutes`."""
+        slowdown = self.config.runtime.slowdown(cost.step_comm_seconds, cost.lower_bound_seconds)
+        ratio = cost.step_comm_seconds / cost.lower_bound_seconds if cost.lower_bound_seconds > 0 else 1.0
+        rj.begin(self.now, rj.pod_nodes, slowdown, ratio, self.config.failures.restart_minutes * 60.0)
+        self.ideal_busy += rj.gpus / max(slowdown, 1e-12)
+        bisect.insort(self.running_by_end, (rj.end, rj.order[2], rj))
+        self._push(rj.end, COMPLETE, rj, rj.run_id)
 
     def _complete(self, rj: RunJob, run_id: int) -> None:
         if rj.state != RUNNING or rj.run_id != run_id:
@@ -160,25 +178,32 @@ class Simulator:
         self.counters["node_failures"] += 1
         for order_index in sorted(self.jobs_on_node.get(node, ())):
             rj = self.jobs[order_index]
+            self.counters["jobs_killed"] += 1
+            if self.recovery.in_place:
+                self.recovery.lose_node(rj, node)
+                continue
             self._stop(rj)
             rj.interrupt(self.now, failures.checkpoint_minutes * 60.0)
-            self.counters["jobs_killed"] += 1
             self._enqueue(rj)
+        self.recovery.node_failed(node)
         self.topo.set_schedulable(self.topo.nodes[node].name, False, "simulated node failure")
-        repair = self._node_rngs[node].expovariate(1.0 / max(failures.repair_hours * 3600.0, 1e-9))
-        self._push(self.now + repair, REPAIR, node)
+        self._push(self.now + self.recovery.repair_delay(node), REPAIR, node)
 
     def _repair_node(self, node: int) -> None:
-        self.topo.set_schedulable(self.topo.nodes[node].name, True)
+        if not self.recovery.node_repaired(node):
+            self.topo.set_schedulable(self.topo.nodes[node].name, True)
         self.epoch += 1
-        mtbf = self.config.failures.node_mtbf_hours * 3600.0
-        self._push(self.now + self._node_rngs[node].expovariate(1.0 / mtbf), FAIL, node)
+        after = self.recovery.next_failure(node)
+        if after is not None:
+            self._push(self.now + after, FAIL, node)
 
     def _handle(self, kind: int, ref: object, token: int) -> None:
         if kind == COMPLETE:
             self._complete(ref, token)  # type: ignore[arg-type]
         elif kind == FAIL:
             self._fail_node(ref)  # type: ignore[arg-type]
+        elif kind == RECOVERED:
+            self.recovery.batch_done(ref)  # type: ignore[arg-type]
         else:
             self._repair_node(ref)  # type: ignore[arg-type]
 
@@ -252,7 +277,7 @@ class Simulator:
     def _never_fits(self, rj: RunJob) -> bool:
         """True if `rj` just failed to place on an idle cluster with every node up."""
         return (self.busy == 0 and self.failed_shapes.get(rj.shape) == self.epoch
-                and all_schedulable(self.topo))
+                and not self.recovery.recovering and self._all_up())
 
     def _easy_check(self, rj: RunJob, attempt: tuple[Placement, float, float],
                     reservation: Reservation) -> tuple[Placement, float, float] | None:
@@ -262,7 +287,7 @@ class Simulator:
         for name in placement.pod_nodes:
             index = self.topo.node_by_name[name].index
             usage[index] = usage.get(index, 0) + rj.pod_gpus
-        restart = self.config.failures.restart_minutes * 60.0 if rj.restarts else 0.0
+        restart = self.config.failures.requeue_seconds if rj.restarts else 0.0
         end = self.now + restart + rj.work_left * slowdown
         if not reservation.allows(usage, end):
             return None
@@ -276,14 +301,14 @@ class Simulator:
 
     def _stuck(self, arrival_index: int) -> bool:
         """Nothing runs, nothing arrives, no node is down: the queue can never drain."""
-        if arrival_index < len(self.jobs) or self.running_by_end or not self.queue:
+        if arrival_index < len(self.jobs) or self.running_by_end or not self.queue or self.recovery.recovering:
             return False
-        return all_schedulable(self.topo)
+        return self._all_up()
 
     def run(self) -> RunResult:
         """Replay the whole workload and return its metrics."""
         started = time.perf_counter()
-        self._schedule_failures()
+        self.recovery.schedule(self._push, self.now, FAIL)
         arrival_index, total = 0, len(self.jobs)
         next_report = 0
         while self.finished < total:
@@ -300,6 +325,8 @@ class Simulator:
                 self._arrive(self.jobs[arrival_index])
                 self.counters["events"] += 1
                 arrival_index += 1
+            if self.recovery.recovering:
+                self.recovery.try_all()
             if self.queue:
                 self._schedule()
             if self._stuck(arrival_index):
@@ -324,6 +351,7 @@ class Simulator:
         summary = summarize(self.jobs, self.total_gpus, self.window_busy, window, samples)
         wall = time.perf_counter() - started
         info = details(self.jobs, dict(self.counters), span)
+        info.update(failure_metrics(self.jobs, self.recovery.counters))
         info["busy_gpu_hours"] = round(self.busy_gpu_seconds / 3600.0, 6)
         info["capacity_gpu_hours"] = round(self.total_gpus * (span[1] - span[0]) / 3600.0, 6)
         length = max(window[1] - window[0], 1e-9)

@@ -12,28 +12,36 @@ from pathlib import Path
 import typer
 
 from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_document
-from simulations.config import Backfill, KueueSlices, QueueOrder
+from simulations.config import Backfill, KueueSlices, QueueOrder, Recovery
 
 RUNTIME_HELP = "Runtime model: share of raw step time that is communication at the ideal placement."
 
 
 def _settings(backfill: Backfill, queue: QueueOrder, comm_fraction: float, overlap: float, mtbf: float,
               repair: float, checkpoint: float, restart: float, horizon: float | None,
-              kueue_slices: KueueSlices = KueueSlices.auto, max_comm_ratio: float | None = None) -> dict:
+              kueue_slices: KueueSlices = KueueSlices.auto, max_comm_ratio: float | None = None,
+              recovery: Recovery = Recovery.restart, spares: float = 0.0, replace: float = 3.0) -> dict:
     return {"backfill": backfill, "queue": queue, "comm_fraction": comm_fraction, "overlap": overlap,
             "node_mtbf_hours": mtbf, "repair_hours": repair, "checkpoint_minutes": checkpoint,
             "restart_minutes": restart, "horizon_hours": horizon, "kueue_slices": kueue_slices,
-            "max_comm_ratio": max_comm_ratio}
+            "max_comm_ratio": max_comm_ratio, "recovery": recovery, "spares": spares, "replace_minutes": replace}
 
 
 BackfillOption = typer.Option(Backfill.easy, "--backfill", help="easy (reserve the head), none, aggressive.")
 QueueOption = typer.Option(QueueOrder.fifo, "--queue", help="Queue order: fifo or priority.")
 CommOption = typer.Option(0.2, "--comm-fraction", help=RUNTIME_HELP)
 OverlapOption = typer.Option(0.5, "--overlap", help="Share of communication hidden behind compute.")
-MtbfOption = typer.Option(0.0, "--node-mtbf-hours", help="Mean time between failures per node (0 = none).")
+MtbfOption = typer.Option(0.0, "--node-mtbf-hours", "--mtbf-hours",
+                          help="Mean time between failures per node (0 = none).")
 RepairOption = typer.Option(4.0, "--repair-hours", help="Mean node repair time.")
 CheckpointOption = typer.Option(30.0, "--checkpoint-minutes", help="Checkpoint interval while running.")
 RestartOption = typer.Option(5.0, "--restart-minutes", help="Cost of every restart after a failure.")
+RecoveryOption = typer.Option(
+    Recovery.restart, "--recovery",
+    help="On a node failure: restart the whole gang (Volcano-like), replace-one node at a time (Kueue-like), "
+         "or meshfit (every failed node at once, spares first, nearest domain first).")
+SparesOption = typer.Option(0.0, "--spares", help="Share of each leaf domain's nodes held back as spares.")
+ReplaceOption = typer.Option(3.0, "--replace-minutes", help="Time to bring up the pods of one replacement node.")
 HorizonOption = typer.Option(None, "--horizon-hours", help="Stop at this simulated time.")
 WorkersOption = typer.Option(None, "--workers", help="Local worker processes (default: one per CPU).")
 DaskOption = typer.Option(None, "--dask", help="Run on this Dask scheduler address instead of locally.")
@@ -65,6 +73,7 @@ def simulate_command(
     comm_fraction: float = CommOption, overlap: float = OverlapOption,
     node_mtbf_hours: float = MtbfOption, repair_hours: float = RepairOption,
     checkpoint_minutes: float = CheckpointOption, restart_minutes: float = RestartOption,
+    recovery: Recovery = RecoveryOption, spares: float = SparesOption, replace_minutes: float = ReplaceOption,
     horizon_hours: float | None = HorizonOption,
     kueue_slices: KueueSlices = KueueSlicesOption,
     max_comm_ratio: float | None = MaxCommRatioOption,
@@ -91,7 +100,8 @@ def simulate_command(
                                          max_tp)
         config = session.base_config(seed[0], **_settings(backfill, queue, comm_fraction, overlap, node_mtbf_hours,
                                                           repair_hours, checkpoint_minutes, restart_minutes,
-                                                          horizon_hours, kueue_slices, max_comm_ratio))
+                                                          horizon_hours, kueue_slices, max_comm_ratio,
+                                                          recovery, spares, replace_minutes))
         specs = sweep_specs([spec], policies, list(dict.fromkeys(seed)), config)
         show = output == OutputFormat.table and session.stdout_is_tty()
         results, wall = session.execute(specs, workload, workers, dask, show)

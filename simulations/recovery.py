@@ -72,6 +72,7 @@ class RecoveryState:
         self.spares, self.target = pick_spares(sim, self.model.spares)
         self.recovering: list[RunJob] = []
         self.in_flight: set[int] = set()
+        self.spare_gpus = sum(sim.topo.nodes[node].gpus_total for node in self.spares)
         self.counters = {"spare_nodes": len(self.spares), "spares_used": 0, "replacements": 0,
                          "in_place_recoveries": 0}
         for node in sorted(self.spares):

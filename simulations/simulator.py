@@ -120,8 +120,9 @@ class Simulator:
         self.sampler.queued(rj.pod_gpus, +1)
 
     def _arrive(self, rj: RunJob) -> None:
-        if rj.gpus > self.total_gpus:
-            self._reject(rj, f"needs {rj.gpus} GPUs; the cluster has {self.total_gpus}")
+        if rj.gpus > self.total_gpus - self.recovery.spare_gpus:
+            spares = f" outside {self.recovery.spare_gpus} spare GPUs" if self.recovery.spare_gpus else ""
+            self._reject(rj, f"needs {rj.gpus} GPUs; the cluster has {self.total_gpus - self.recovery.spare_gpus}{spares}")
             return
         self._enqueue(rj)
 

@@ -117,3 +117,10 @@ def test_spares_are_kept_from_ordinary_gangs_and_refilled_after_repair():
     started = [rj for rj in sim.jobs[1:] if rj.first_start == 0.0]
     assert len(started) == 131 - 128  # five fillers had to wait: the spares are not theirs
     assert len(sim.recovery.spares) == 5  # the repaired node refilled its leaf's pool
+
+
+def test_a_job_larger_than_the_non_spare_capacity_is_rejected_not_left_queued():
+    workload = Workload([SimJob("huge", 0.0, H, 136 * 8, infer_parallelism(136 * 8))], "test")
+    sim = _run(workload, _model(Recovery.meshfit))
+    assert sim.jobs[0].state != DONE and "spare GPUs" in (sim.jobs[0].reason or "")
+    assert _run(workload, _model(Recovery.restart)).jobs[0].state == DONE

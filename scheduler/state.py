@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import msgspec
 
 from scheduler.jobs import JobSpecError
+from scheduler.membership import gang_from_membership, identify
+from scheduler.pod_record import PodRecord, int_or_zero
+from scheduler.reservations import DEFAULT_TTL_SECONDS, ReservationLedger, given_from_annotations
 from scheduler.state_objects import GangObjectsMixin
-from scheduler.membership import gang_from_membership, identify, membership_signature
-from scheduler.reservations import DEFAULT_TTL_SECONDS, GivenRendezvous, ReservationLedger, given_from_annotations
 from topology.builder import HOST_LABEL, HOST_LEVEL
 from topology.config import as_config
 from topology.explicit import is_hypernode, is_topology_object
@@ -36,44 +36,6 @@ def pod_holding_key(namespace: str, name: str) -> str:
     return f"pod:{namespace}/{name}"
 
 
-@dataclass
-class PodRecord:
-    """What the state keeps of one pod: identity, the node it holds GPUs on, and its gang."""
-
-    uid: str
-    namespace: str
-    name: str
-    gpus: int
-    node: str | None
-    phase: str
-    member: Any = None
-    member_error: str | None = None
-    fingerprint: tuple = ()
-    """What identification depended on; an unchanged fingerprint skips identifying again."""
-    given: GivenRendezvous | None = None
-    """The rendezvous its `meshfit.io/*` bind annotations state (bound gang members only)."""
-    priority: int = 0
-    """`spec.priority` (filled in from the PriorityClass by admission)."""
-    nominated: str = ""
-    """`status.nominatedNodeName` (meshfit nominates a member's reserved node when it requeues it)."""
-    cached_signature: tuple | None = field(default=None, repr=False, compare=False)
-    from_watch: bool = True
-    """Known from the API server (list/watch), not only from a request body."""
-    scheduler_name: str = ""
-    """`spec.schedulerName` (meshfit queues pending gangs of its own profile straight from the watch)."""
-
-    @property
-    def key(self) -> str:
-        """`namespace/name`."""
-        return f"{self.namespace}/{self.name}"
-
-    def signature(self) -> tuple | None:
-        """`membership_signature` of its gang membership, computed once (each filter compares all members')."""
-        if self.cached_signature is None and self.member is not None:
-            self.cached_signature = membership_signature(self.member)
-        return self.cached_signature
-
-
 def empty_topology() -> ClusterTopology:
     """A topology with no nodes (before the first list, or when no node has GPUs)."""
     link = LinkTier(1.0, 1.0)
@@ -82,11 +44,6 @@ def empty_topology() -> ClusterTopology:
 
 MAX_REQUEST_ONLY_PODS = 20_000
 """Pods known only from request bodies kept at most (a forged-body flood cannot grow memory without end)."""
-
-
-def _int_or_zero(value: object) -> int:
-    """An integer field of a pod (priority), 0 when absent or malformed."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _meta(obj: dict) -> tuple[str, str]:
@@ -221,7 +178,7 @@ class ClusterState(GangObjectsMixin):
         known = self.pods.get(uid)
         node = pod_holds_node(pod)
         spec, status = pod.get("spec"), pod.get("status")
-        priority = _int_or_zero(spec.get("priority") if isinstance(spec, dict) else 0)
+        priority = int_or_zero(spec.get("priority") if isinstance(spec, dict) else 0)
         nominated = str((status.get("nominatedNodeName") if isinstance(status, dict) else "") or "")
         if known is not None and known.fingerprint == fingerprint and (known.namespace, known.name) == (namespace, name):
             return PodRecord(uid, namespace, name, known.gpus, node, phase, known.member,

@@ -28,14 +28,15 @@ from collections import Counter
 from typing import Any, Callable
 
 from scheduler.engine import place
-from scheduler.gang_queue import GangQueue, WaitingGang, delays_head, since_text
+from scheduler.gang_queue import GangQueue, delays_head, since_text
 from scheduler.membership import gang_from_membership
 from scheduler.offered import offered_only
 from scheduler.placement import Placement
 from scheduler.reservations import SLOT_RELEASED, SLOT_RESERVED, Reservation, reservation_key
-from scheduler.reserve_ops import reserve_remaining
+from scheduler.reserve_ops import reserve_remaining, shortfall_reason
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, ActionDispatcher, PodRef
-from scheduler.state import ClusterState, PodRecord
+from scheduler.pod_record import PodRecord
+from scheduler.state import ClusterState
 
 log = logging.getLogger("meshfit.gang")
 
@@ -317,8 +318,6 @@ class GangLifecycle:
 
     def _attempt(self, gang: Any, priority: int, offered: frozenset[str] | None,
                  by: PodRecord | None) -> tuple[Reservation | None, str]:
-        from scheduler.reserve_ops import shortfall_reason
-
         topo, ledger, key = self.state.topology, self.state.ledger, gang.key
         if key in self.rolling_back:
             return None, f"gang {key} is being rolled back; it is placed afresh once its evicted members are gone"

@@ -36,7 +36,8 @@ from scheduler.service.actions import ActionDispatcher, ClusterActions, MemoryAc
 from scheduler.service.binding import Binder, RankTablePublisher, bind_annotations
 from scheduler.service.gang_lifecycle import DEFAULT_COMPLETION_TIMEOUT, GangLifecycle
 from scheduler.service.ranktables import MemoryRankTables, RankTableTracker
-from scheduler.state import ClusterState, PodRecord
+from scheduler.pod_record import PodRecord
+from scheduler.state import ClusterState
 from topology.model import TopologyError
 
 MAX_SCORE = 10

@@ -34,7 +34,7 @@ from kubernetes import config as kube_config, watch  # noqa: E402
 from kubernetes.client import CoreV1Api  # noqa: E402
 
 from tests.realk8s.cluster_builders import create_nodes, gang_status  # noqa: E402
-from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, free_port, http_ok  # noqa: E402
+from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, free_port  # noqa: E402
 from tests.realk8s.scenario import burst_shapes, create_burst, delete_gang, whole  # noqa: E402
 
 

@@ -36,6 +36,7 @@ from scheduler.reservations import SLOT_RELEASED, SLOT_RESERVED, Reservation, re
 from scheduler.reserve_ops import reserve_remaining, shortfall_reason
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, ActionDispatcher, PodRef
 from scheduler.pod_record import PodRecord
+from scheduler.service.gang_rows import gang_counts, gang_rows
 from scheduler.state import ClusterState
 
 log = logging.getLogger("meshfit.gang")
@@ -88,6 +89,14 @@ class GangLifecycle:
         """Called with ("reserved" | "bound", seconds since the gang's first member arrived)."""
         self._logged_wait: dict[str, str] = {}
         """Gang key -> the waiting reason last logged (one info line per change, not per member)."""
+        self.upkeep: list[Callable[[float], None]] = []
+        """Extra periodic passes (replacement of members on failed nodes, spares, elastic resizing), run by
+        `tick` under the lock after the repairs and before the queue pass, with the clock's time."""
+        self.unplaced: list[Callable[[Any, int, Placement], str]] = []
+        """Called under the lock when a gang (`Gang`, priority, failed `Placement`) does not fit: a non-empty
+        answer (e.g. "preempting gangs ...") replaces the shortfall reason the gang waits with."""
+        self.row_extras: list[Callable[[str, dict], None]] = []
+        """Called with (gang key, row) for each reserved / bound row of `GET /gangs` to add fields."""
 
     # ----- members ----------------------------------------------------------------------------
     def pod_ref(self, record: PodRecord) -> PodRef:
@@ -198,6 +207,8 @@ class GangLifecycle:
         for key, entry in list(self.state.ledger.entries.items()):
             if entry.status != "bound" and key not in self.rolling_back:
                 self._requeue_overdue(entry, now)
+        for upkeep in self.upkeep:
+            upkeep(now)
         self._enqueue_pending_from_watch(now)
         capacity = (self.state.generation, self.state.topology.gpus_free, len(self.queue.entries))
         if self.queue.entries and (capacity != self._last_capacity or now - self._last_pass > 10.0):
@@ -331,6 +342,9 @@ class GangLifecycle:
         reason = (shortfall_reason(gang, topo, placement) if not placement.placed else
                   f"gang {key} fits, but waits behind gang {head.key} ({head.pods} pods x {head.gpus_per_pod} GPUs, "
                   f"higher in the queue): starting now would take GPUs that gang is waiting for")
+        if not placement.placed:
+            for hook in self.unplaced:
+                reason = hook(gang, priority, placement) or reason
         waiting = self.queue.note(key, priority, len(gang.pods), gang.gpus_per_pod, reason, self.clock(), offered)
         return None, f"{reason} [queue position {self.queue.position(key)}, waiting since {since_text(waiting.arrived_at)}]"
 
@@ -359,38 +373,8 @@ class GangLifecycle:
 
     def counts(self) -> tuple[Counter, Counter]:
         """(gangs by state as in `rows`, waiting gangs by priority), for the metrics (call under the lock)."""
-        by_state, by_priority = Counter(), Counter()
-        for row in self.rows():
-            by_state[row["state"]] += 1
-            if row["state"] == "waiting":
-                by_priority[row["priority"]] += 1
-        return by_state, by_priority
+        return gang_counts(self)
 
     def rows(self) -> list[dict]:
         """`GET /gangs`: waiting gangs in queue order, then reserved / bound ones (call under the lock)."""
-        rows = [w.to_json(i) for i, w in enumerate(self.queue.ordered(), 1)]
-        ledger = self.state.ledger.entries
-        for key in sorted((set(ledger) | set(self.rolling_back)) - set(self.queue.entries)):
-            members = self.members(key)
-            row = {"gang": key, "position": None, "priority": max((r.priority for r in members), default=0),
-                   "bound": sum(1 for r in members if r.node)}
-            entry = ledger.get(key)
-            if entry is not None:
-                row.update(pods=len(entry.gang.pods), gpus_per_pod=entry.gang.gpus_per_pod)
-                row["state"], row["reason"] = _entry_state(entry)
-            if key in self.rolling_back:
-                row["state"], row["reason"] = "rolling-back", "evicted members terminating; placed afresh afterwards"
-            rows.append(row)
-        return rows
-
-
-def _entry_state(entry: Reservation) -> tuple[str, str]:
-    """(state, reason in plain words) of a ledger entry for `GET /gangs`."""
-    bound, size = entry.bound_count(), len(entry.gang.pods)
-    if entry.status == "bound":
-        return "bound", "all members bound"
-    if entry.status == "reserved" and not entry.has_bound():
-        return "reserved", "reserved; members being scheduled onto their nodes"
-    if entry.status == "reserved":
-        return "binding", f"{bound} of {size} bound, the rest held for them"
-    return "incomplete", f"{bound} of {size} bound, {len(entry.missing_indices())} member(s) being re-placed"
+        return gang_rows(self)

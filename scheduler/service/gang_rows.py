@@ -1,0 +1,53 @@
+"""`GET /gangs` rows and the gang-state counts behind the metrics, read from a `GangLifecycle`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from scheduler.reservations import Reservation
+
+if TYPE_CHECKING:
+    from scheduler.service.gang_lifecycle import GangLifecycle
+
+
+def gang_counts(lifecycle: GangLifecycle) -> tuple[Counter, Counter]:
+    """(gangs by state as in `gang_rows`, waiting gangs by priority), for the metrics (call under the lock)."""
+    by_state, by_priority = Counter(), Counter()
+    for row in gang_rows(lifecycle):
+        by_state[row["state"]] += 1
+        if row["state"] == "waiting":
+            by_priority[row["priority"]] += 1
+    return by_state, by_priority
+
+
+def gang_rows(lifecycle: GangLifecycle) -> list[dict]:
+    """Waiting gangs in queue order, then reserved / bound ones (call under the lock)."""
+    rows = [w.to_json(i) for i, w in enumerate(lifecycle.queue.ordered(), 1)]
+    ledger = lifecycle.state.ledger.entries
+    for key in sorted((set(ledger) | set(lifecycle.rolling_back)) - set(lifecycle.queue.entries)):
+        members = lifecycle.members(key)
+        row = {"gang": key, "position": None, "priority": max((r.priority for r in members), default=0),
+               "bound": sum(1 for r in members if r.node)}
+        entry = ledger.get(key)
+        if entry is not None:
+            row.update(pods=len(entry.gang.pods), gpus_per_pod=entry.gang.gpus_per_pod)
+            row["state"], row["reason"] = entry_state(entry)
+        if key in lifecycle.rolling_back:
+            row["state"], row["reason"] = "rolling-back", "evicted members terminating; placed afresh afterwards"
+        for extend in lifecycle.row_extras:
+            extend(key, row)
+        rows.append(row)
+    return rows
+
+
+def entry_state(entry: Reservation) -> tuple[str, str]:
+    """(state, reason in plain words) of a ledger entry for `GET /gangs`."""
+    bound, size = entry.bound_count(), len(entry.gang.pods)
+    if entry.status == "bound":
+        return "bound", "all members bound"
+    if entry.status == "reserved" and not entry.has_bound():
+        return "reserved", "reserved; members being scheduled onto their nodes"
+    if entry.status == "reserved":
+        return "binding", f"{bound} of {size} bound, the rest held for them"
+    return "incomplete", f"{bound} of {size} bound, {len(entry.missing_indices())} member(s) being re-placed"

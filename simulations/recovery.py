@@ -22,11 +22,10 @@ run is priced by the cost model (`scheduler.cost.estimate_cost`) on its new layo
 
 from __future__ import annotations
 
-import math
 import random
 from typing import TYPE_CHECKING
 
-from scheduler import engine
+from scheduler import engine, spares
 from scheduler.cost import estimate_cost
 from simulations.config import Recovery
 from simulations.jobstate import RECOVERING, RunJob
@@ -38,27 +37,13 @@ SPARE_REASON = "spare"
 
 
 def leaf_of(sim: Simulator, node: int) -> int:
-    """The id of the smallest domain holding `node` and at least one other node (leaf switch, NVL72 rack)."""
-    topo = sim.topo
-    for domain in reversed(topo.nodes[node].path):
-        if len(topo.domains[domain].nodes) > 1:
-            return domain
-    return -1
+    """The leaf domain of `node` (`scheduler.spares.leaf_of`, the service's rule)."""
+    return spares.leaf_of(sim.topo, node)
 
 
 def pick_spares(sim: Simulator, share: float) -> tuple[set[int], dict[int, int]]:
-    """(spare node indices, target spares per leaf): the ceil(share x n) highest-index nodes of each leaf."""
-    if share <= 0:
-        return set(), {}
-    leaves: dict[int, list[int]] = {}
-    for node in sim.topo.nodes:
-        leaves.setdefault(leaf_of(sim, node.index), []).append(node.index)
-    spares: set[int] = set()
-    target: dict[int, int] = {}
-    for leaf, members in leaves.items():
-        target[leaf] = min(math.ceil(share * len(members) - 1e-9), len(members))
-        spares.update(sorted(members)[len(members) - target[leaf]:])
-    return spares, target
+    """(spare node indices, target spares per leaf): `scheduler.spares.pick_spares` (the service's rule)."""
+    return spares.pick_spares(sim.topo, share)
 
 
 class RecoveryState:
@@ -143,23 +128,18 @@ class RecoveryState:
         sim.jobs_on_node[node].discard(rj.order[2])
 
     def _candidates(self, rj: RunJob, lost_near: int) -> list[int]:
-        """Nodes with room for one pod, nearest to `lost_near` first (spares first among equals)."""
+        """Nodes with room for one pod in `scheduler.spares.replacement_order` (the service's order): nearest to
+        `lost_near` first, spares first among equals."""
         topo, need = self.sim.topo, rj.pod_gpus
-        home = topo.nodes[lost_near].path
         use_spares = self.model.recovery == Recovery.meshfit
         found = []
         for node in topo.nodes:
-            spare = node.index in self.spares
-            if spare and use_spares and node.gpus_total - node.gpus_used >= need:
-                free = node.gpus_total - node.gpus_used
+            if node.index in self.spares:
+                if use_spares and node.gpus_total - node.gpus_used >= need:
+                    found.append(node.index)
             elif node.schedulable and node.gpus_free >= need:
-                free = node.gpus_free
-            else:
-                continue
-            common = next((i for i, (a, b) in enumerate(zip(home, node.path)) if a != b), len(home))
-            found.append((-common, not spare, node.index, free))
-        found.sort()
-        return [index for _, _, index, _ in found]
+                found.append(node.index)
+        return spares.replacement_order(topo, lost_near, found, self.spares)
 
     def try_all(self) -> None:
         """Start a replacement batch for every recovering job that has none in flight and lost pods."""

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from topology.config import DEFAULT_GPU_RESOURCES
 from topology.k8s import Toleration, parse_gpu_quantity
-from topology.model import TopologyError
+from topology.model import ClusterTopology, TopologyError
 
 SOURCE_NOT_READY = "not-ready"
 SOURCE_CORDONED = "cordoned"
@@ -198,3 +198,11 @@ class NodeFailures:
     def failed_for(self, now: float, grace: float) -> list[NodeFailure]:
         """Nodes failed for at least `grace` seconds, by name."""
         return [f for name, f in sorted(self.failed.items()) if now - f.since >= grace]
+
+
+def mark_failed_unschedulable(topo: ClusterTopology, failures: NodeFailures) -> None:
+    """Make every failed node of a (re)built topology unschedulable, with its failure as the reason."""
+    for name, failure in failures.failed.items():
+        node = topo.node_by_name.get(name)
+        if node is not None and node.schedulable:
+            topo.set_schedulable(name, False, f"failed: {failure.reason}")

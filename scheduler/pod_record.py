@@ -34,6 +34,10 @@ class PodRecord:
     """Known from the API server (list/watch), not only from a request body."""
     scheduler_name: str = ""
     """`spec.schedulerName` (meshfit queues pending gangs of its own profile straight from the watch)."""
+    spares: int = 0
+    """Spare pod slots its gang asks for (`meshfit.io/spares`; see `scheduler.spares`)."""
+    preemption_policy: str = ""
+    """`spec.preemptionPolicy` ("Never": its gang never preempts others)."""
 
     @property
     def key(self) -> str:

@@ -21,8 +21,10 @@ import msgspec
 
 from scheduler.jobs import JobSpecError
 from scheduler.membership import gang_from_membership, identify
+from scheduler.node_health import NodeFailures, mark_failed_unschedulable
 from scheduler.pod_record import PodRecord, int_or_zero
 from scheduler.reservations import DEFAULT_TTL_SECONDS, ReservationLedger, given_from_annotations
+from scheduler.spares import parse_gang_spares
 from scheduler.state_objects import GangObjectsMixin
 from topology.builder import HOST_LABEL, HOST_LEVEL
 from topology.config import as_config
@@ -82,12 +84,19 @@ class ClusterState(GangObjectsMixin):
         """Monotonic time since which some watch of the API server keeps failing (None: all healthy)."""
         self.watch_is_truth = False
         """Kubernetes mode: pods come from the watch; a request body may select a pod, never overwrite it."""
+        self.health = NodeFailures(clock, None, self.tolerations, self.config.gpu_resources)
+        """Failed nodes (see `scheduler.node_health`): unschedulable here, their members replaced by the service."""
+        self.rebuilt: list[Callable[[ClusterTopology], None]] = []
+        """Called with each rebuilt topology before reservations are re-held (spare holds are re-added there)."""
+        self.superseded: set[str] = set()
+        """Uids of evicted members whose slot already moved to a replacement node: their updates leave it alone."""
 
     # ----- relist ------------------------------------------------------------------------------
     def replace_all(self, nodes: list[dict], pods: list[dict], objects: list[dict]) -> None:
         """Replace everything with a fresh list (start-up or relist after 410); keeps reservations."""
         with self.lock:
             self.nodes = {_meta(n)[1]: n for n in nodes}
+            self.health.reset(self.nodes)
             self._node_signatures = {name: self._signature(n) for name, n in self.nodes.items()}
             self.objects, self._groups_by_kind = {}, {}
             self._objects_epoch += 1
@@ -113,8 +122,9 @@ class ClusterState(GangObjectsMixin):
             record = node_record_from_k8s(node, self.tolerations, self.config.gpu_resources)
         except TopologyError as exc:
             return ("invalid", str(exc))
-        return (record.gpus_total, tuple(sorted(record.labels.items())), record.schedulable,
-                record.unschedulable_reason)
+        failure = self.health.observe(_meta(node)[1], node)
+        return (record.gpus_total, tuple(sorted(record.labels.items())), record.schedulable and failure is None,
+                record.unschedulable_reason or (failure and f"failed: {failure.reason}"))
 
     def upsert_node(self, node: dict) -> None:
         """Add or update a node: label/GPU changes rebuild the topology, readiness just flips it."""
@@ -132,10 +142,17 @@ class ClusterState(GangObjectsMixin):
                 return
             self._rebuild_topology()
 
+    def refresh_nodes(self) -> None:
+        """Judge every node again (the health sources changed) and rebuild the topology."""
+        with self.lock:
+            self._node_signatures = {name: self._signature(n) for name, n in self.nodes.items()}
+            self._rebuild_topology()
+
     def delete_node(self, name: str) -> None:
         """Forget a node; reservations on it are dropped (their gangs get placed again)."""
         with self.lock:
             if self.nodes.pop(name, None) is not None:
+                self.health.observe(name, None)
                 self._node_signatures.pop(name, None)
                 self._rebuild_topology()
 
@@ -149,6 +166,9 @@ class ClusterState(GangObjectsMixin):
             topo.warnings.append(str(exc))
         for record in self.pods.values():
             self._hold(topo, record)
+        mark_failed_unschedulable(topo, self.health)
+        for hook in self.rebuilt:
+            hook(topo)
         self.topology = topo
         self.ledger.attach(topo)
         if topo.nodes:  # build the placement caches now, not inside the first filter call after a rebuild
@@ -183,7 +203,8 @@ class ClusterState(GangObjectsMixin):
         if known is not None and known.fingerprint == fingerprint and (known.namespace, known.name) == (namespace, name):
             return PodRecord(uid, namespace, name, known.gpus, node, phase, known.member,
                              known.member_error, fingerprint, known.given if node else None, priority, nominated,
-                             known.cached_signature, scheduler_name=known.scheduler_name)
+                             known.cached_signature, scheduler_name=known.scheduler_name, spares=known.spares,
+                             preemption_policy=known.preemption_policy)
         try:
             gpus = pod_gpu_request(pod, self.config.gpu_resources)
         except TopologyError:
@@ -193,10 +214,17 @@ class ClusterState(GangObjectsMixin):
             member = identify(pod, self.get_object)
         except (JobSpecError, TopologyError, ValueError) as exc:
             error = str(exc)
+        spares = 0
+        try:
+            spares = parse_gang_spares(pod.get("metadata")) if member is not None else 0
+        except ValueError as exc:
+            member, error = None, f"pod {namespace}/{name}: {exc}"
         given = given_from_annotations((pod.get("metadata") or {}).get("annotations"), name) \
             if node and member is not None else None
-        record = PodRecord(uid, namespace, name, gpus, node, phase, member, error, fingerprint, given, priority, nominated)
+        record = PodRecord(uid, namespace, name, gpus, node, phase, member, error, fingerprint, given, priority, nominated,
+                           spares=spares)
         record.scheduler_name = str(spec.get("schedulerName") or "") if isinstance(spec, dict) else ""
+        record.preemption_policy = str(spec.get("preemptionPolicy") or "") if isinstance(spec, dict) else ""
         return record
 
     def _hold(self, topo: ClusterTopology, record: PodRecord) -> None:
@@ -280,7 +308,7 @@ class ClusterState(GangObjectsMixin):
 
     def _follow_gang(self, record: PodRecord) -> None:
         member = record.member
-        if member is None:
+        if member is None or record.uid in self.superseded:
             return
         if record.phase in FINISHED_PHASES:
             self.ledger.release_slot(member.gang_key, member.index)
@@ -294,7 +322,9 @@ class ClusterState(GangObjectsMixin):
     def _forget(self, record: PodRecord) -> None:
         self._unindex(record)
         self.topology.remove_pod(pod_holding_key(record.namespace, record.name))
-        if record.member is not None:
+        if record.uid in self.superseded:  # an evicted member gone: its slot is its replacement's already
+            self.superseded.discard(record.uid)
+        elif record.member is not None:
             key = record.member.gang_key
             entry = self.ledger.get(key)
             slot = entry.slots.get(record.member.index) if entry else None

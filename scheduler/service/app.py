@@ -57,16 +57,23 @@ def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit"
     Rank tables go to `publisher` (real mode: `scheduler.kube.configmap.KubeRankTablePublisher`),
     or stay in memory (`MemoryRankTables`, the embedded mode) when it is None; requeues, evictions
     and Events go to `actions` (real mode: `scheduler.kube.actions.KubeActions`, else recorded in
-    memory).  `options` go to `GangScheduler` (e.g. `completion_timeout`).
+    memory).  `options` go to `GangScheduler` (e.g. `completion_timeout`), except `failures`: a
+    `scheduler.service.failures.FailureOptions` that installs failure replacement and spares (the result
+    is kept as `scheduler.failures`).
     """
     from scheduler.policy import get_policy
 
     get_policy(policy)
+    failures = options.pop("failures", None)
     metrics = ServiceMetrics(state)
     scheduler = GangScheduler(state, binder, policy, on_placed=metrics.observe_placement,
                               on_expired=metrics.observe_expiries, publisher=publisher,
                               on_publish_failed=metrics.observe_publish_failure, actions=actions, **options)
     metrics.watch_scheduler(scheduler)
+    if failures is not None:
+        from scheduler.service.failures import install_failure_handling
+
+        scheduler.failures = install_failure_handling(scheduler, metrics, failures)
     return scheduler, metrics
 
 

@@ -157,6 +157,9 @@ def register(app: typer.Typer) -> None:
         completion_timeout: float = typer.Option(300.0, "--gang-completion-timeout",
                                                  help="Seconds a partly bound gang may take to bind its last "
                                                       "member before it is rolled back whole."),
+        preemption: bool = typer.Option(True, "--preemption/--no-preemption",
+                                        help="A gang that does not fit may evict whole lower-priority gangs in one "
+                                             "topology domain (docs/preemption.md)."),
         config: Optional[Path] = typer.Option(None, "--config", help="Topology config file (levels, links)."),
         toleration: list[str] = typer.Option([], "--toleration", help="Taint to tolerate (key[=value][:Effect])."),
         max_body_bytes: int = typer.Option(16 * 1024 * 1024, "--max-body-bytes",
@@ -245,7 +248,7 @@ def register(app: typer.Typer) -> None:
                                                start_cache=leader is None)
                     publisher, actions = kube_rank_table_publisher(binder), kube_actions(binder)
                 scheduler, metrics = build_scheduler(state, binder, policy, publisher, actions,
-                                                     completion_timeout=completion_timeout)
+                                                     completion_timeout=completion_timeout, preemption=preemption)
                 grpc_server = _start_grpc(scheduler, grpc_port, host, tls, verb_auth) if grpc_port and not leader else None
                 if grpc_port and leader:  # a standby has no gRPC listener; check the port now, start it when leading
                     from scheduler.service.server import check_free

@@ -98,7 +98,8 @@ def handle_bind(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
 
 
 def handle_preempt(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
-    """`POST /preempt`: the scheduler's victims minus nodes that would evict part of a gang."""
+    """`POST /preempt`: nothing for a gang member (meshfit preempts whole gangs itself); for other pods the
+    scheduler's victims minus nodes that would evict part of a gang."""
     args, error = _decode(wire.DECODE_PREEMPTION, body)
     if error is not None:
         return error
@@ -117,7 +118,8 @@ def handle_preempt(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
         victims[node] = uids
     pdb = {node: v.NumPDBViolations for node, v in (args.NodeNameToMetaVictims or {}).items()}
     pdb.update({node: v.NumPDBViolations for node, v in (args.NodeNameToVictims or {}).items()})
-    kept = scheduler.preempt(victims, full)
+    pod = args.Pod if isinstance(args.Pod, dict) and not wire.pod_error(args.Pod) else None
+    kept = scheduler.preempt(victims, full, pod)
     reply = wire.ExtenderPreemptionResult({
         node: wire.MetaVictims([wire.MetaPod(uid) for uid in uids], pdb.get(node, 0))
         for node, uids in kept.items()})

@@ -145,12 +145,24 @@ class ServiceMetrics:
                                    "Seconds from a gang's first member reaching meshfit until the gang is reserved "
                                    "(until=reserved) or fully bound (until=bound).", ["until"],
                                    buckets=WAIT_BUCKETS, registry=self.registry)
+        self.preemptions = Counter("meshfit_gang_preemptions", "Preemptions carried out (each evicts whole "
+                                   "lower-priority gangs in one domain).", registry=self.registry)
+        self.preempted_gpus = Counter("meshfit_preempted_gpus", "GPUs held by the gangs and pods preempted.",
+                                      registry=self.registry)
         self.register_collector(StateCollector(state), "state")
 
     def watch_scheduler(self, scheduler) -> None:
         """Export the gang queue of `scheduler` and time its gangs' waits."""
         self.register_collector(GangQueueCollector(scheduler), "gang_queue")
         scheduler.lifecycle.observe_wait = lambda until, seconds: self.gang_wait.labels(until).observe(seconds)
+        preemption = getattr(scheduler, "preemption", None)
+        if preemption is not None:
+            preemption.observe = self.observe_preemption
+
+    def observe_preemption(self, plan) -> None:
+        """Count a preemption and the GPUs its victims held."""
+        self.preemptions.inc()
+        self.preempted_gpus.inc(plan.victim_gpus)
 
     def register_collector(self, collector: Collector, name: str) -> Collector:
         """Register `collector` behind a `SafeCollector`; returns the wrapper (to unregister it)."""

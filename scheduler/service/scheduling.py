@@ -35,6 +35,7 @@ from scheduler.reserve_ops import place_and_reserve, reserve_remaining
 from scheduler.service.actions import ActionDispatcher, ClusterActions, MemoryActions
 from scheduler.service.binding import Binder, RankTablePublisher, bind_annotations
 from scheduler.service.gang_lifecycle import DEFAULT_COMPLETION_TIMEOUT, GangLifecycle
+from scheduler.service.preemption_flow import PreemptionFlow
 from scheduler.service.ranktables import MemoryRankTables, RankTableTracker
 from scheduler.pod_record import PodRecord
 from scheduler.state import ClusterState
@@ -71,7 +72,7 @@ class GangScheduler:
                  publisher: RankTablePublisher | None = None,
                  on_publish_failed: Callable[[str, Exception], None] | None = None,
                  actions: ClusterActions | None = None, synchronous_actions: bool = False,
-                 completion_timeout: float = DEFAULT_COMPLETION_TIMEOUT) -> None:
+                 completion_timeout: float = DEFAULT_COMPLETION_TIMEOUT, preemption: bool = True) -> None:
         self.state = state
         self.binder = binder
         self.policy = policy
@@ -83,6 +84,7 @@ class GangScheduler:
         self.actions = actions if actions is not None else MemoryActions()
         self.dispatcher = ActionDispatcher(self.actions, synchronous=synchronous_actions)
         self.lifecycle = GangLifecycle(state, self.dispatcher, policy, state.ledger.clock, completion_timeout)
+        self.preemption = PreemptionFlow(self, enabled=preemption)
 
     # ----- housekeeping ----------------------------------------------------------------------
     def sweep(self) -> list[str]:
@@ -340,34 +342,13 @@ class GangScheduler:
 
     # ----- preempt -----------------------------------------------------------------------------
     def preempt(self, victims: dict[str, list[str]], victim_pods: dict[str, dict] | None = None,
-                ) -> dict[str, list[str]]:
-        """Keep only nodes whose victim set evicts whole gangs (every bound member) or no gang pod."""
-        victim_pods = victim_pods or {}
-        kept: dict[str, list[str]] = {}
-        with self.state.lock:
-            for node, uids in victims.items():
-                if uids and self._evicts_whole_gangs(set(uids), victim_pods):
-                    kept[node] = list(uids)
-        return kept
+                pod: dict | None = None) -> dict[str, list[str]]:
+        """kube-scheduler's `/preempt` for `pod`: see `scheduler.service.preemption_flow` (whole gangs only)."""
+        return self.preemption.preempt_verb(pod, victims, victim_pods or {})
 
     def whole_gang_victims(self, uids: list[str], victim_pods: dict[str, dict] | None = None) -> list[str]:
         """The victims of a flat list that can go: non-gang pods, and gangs whose running pods all go."""
-        victim_pods = victim_pods or {}
-        chosen = set(uids)
-        with self.state.lock:
-            return [uid for uid in uids if self._evicts_whole_gangs({uid} | chosen, victim_pods, only=uid)]
-
-    def _evicts_whole_gangs(self, uids: set[str], victim_pods: dict[str, dict], only: str | None = None) -> bool:
-        for uid in ([only] if only is not None else uids):
-            record = self.state.pod_by_uid(uid)
-            if record is None and uid in victim_pods:
-                record = self.state.upsert_pod(victim_pods[uid])
-            if record is None or record.member is None:
-                continue
-            running = {r.uid for r in self.state.gang_members(record.member.gang_key) if r.node}
-            if not running <= uids:
-                return False
-        return True
+        return self.preemption.whole_gang_victims(uids, victim_pods or {})
 
     # ----- gRPC / Volcano ----------------------------------------------------------------------
     def place(self, gang: Gang, reserve: bool = False) -> Placement:

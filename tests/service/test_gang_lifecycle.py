@@ -182,7 +182,7 @@ def test_a_restart_re_holds_missing_members_before_any_filter():
 
 
 def test_the_queue_and_the_waits_are_in_the_metrics():
-    service, _ = service_with(nodes=4)
+    service, _ = service_with(nodes=4, preemption=False)  # the urgent gang waits rather than preempting
     old = bind_gang(service, "old", 4)
     service.filter(prioritized(gang_pod("urgent", 0, 2), 100))
     service.filter(gang_pod("early", 0, 2))

@@ -162,6 +162,24 @@ def register(app: typer.Typer) -> None:
                                              "topology domain (docs/preemption.md)."),
         config: Optional[Path] = typer.Option(None, "--config", help="Topology config file (levels, links)."),
         toleration: list[str] = typer.Option([], "--toleration", help="Taint to tolerate (key[=value][:Effect])."),
+        replace_unhealthy: bool = typer.Option(True, "--replace-unhealthy/--no-replace-unhealthy",
+                                               help="Replace gang members bound to failed nodes on new nodes, same "
+                                                    "ranks (docs/failures.md)."),
+        unhealthy_grace: float = typer.Option(15.0, "--unhealthy-grace",
+                                              help="Seconds a node must stay failed before its members are replaced."),
+        unhealthy_condition: list[str] = typer.Option([], "--unhealthy-condition",
+                                                      help="Node condition Type or Type=Status that marks a node "
+                                                           "failed (repeat; replaces the defaults; 'none': no "
+                                                           "condition source)."),
+        unhealthy_label: list[str] = typer.Option([], "--unhealthy-label",
+                                                  help="Node label key=value that marks a node failed (repeat; "
+                                                       "replaces the default; 'none': no label source)."),
+        unhealthy_ignore: list[str] = typer.Option([], "--unhealthy-ignore",
+                                                   help="Built-in failure source to ignore: not-ready, cordoned, "
+                                                        "no-execute or gpu-allocatable (repeat)."),
+        spare_fraction: float = typer.Option(0.0, "--spare-fraction",
+                                             help="Per leaf domain, hold ceil(F x nodes) whole free nodes as spares "
+                                                  "for replacements (0 to 0.5)."),
         max_body_bytes: int = typer.Option(16 * 1024 * 1024, "--max-body-bytes",
                                            help="Largest request body accepted; larger ones get 413 unread."),
         leader_elect: bool = typer.Option(False, "--leader-elect",
@@ -209,6 +227,13 @@ def register(app: typer.Typer) -> None:
             reason = f"--gang-completion-timeout must be a number of seconds > 0, got {completion_timeout}"
         if not reason and max_body_bytes < 1:
             reason = f"--max-body-bytes must be >= 1, got {max_body_bytes}"
+        from scheduler.service.failures import failure_options_from_flags
+
+        try:
+            failure_options = failure_options_from_flags(replace_unhealthy, unhealthy_grace, unhealthy_condition,
+                                                         unhealthy_label, unhealthy_ignore, spare_fraction)
+        except ValueError as exc:
+            reason = reason or str(exc)
         from scheduler.kube.leader import LeaderOptions, leader_flags_problem
 
         leader = LeaderOptions(leader_elect_namespace, leader_elect_lease_name, leader_elect_identity,
@@ -249,6 +274,9 @@ def register(app: typer.Typer) -> None:
                     publisher, actions = kube_rank_table_publisher(binder), kube_actions(binder)
                 scheduler, metrics = build_scheduler(state, binder, policy, publisher, actions,
                                                      completion_timeout=completion_timeout, preemption=preemption)
+                from scheduler.service.failures import install_failure_handling
+
+                scheduler.failures = install_failure_handling(scheduler, metrics, failure_options)
                 grpc_server = _start_grpc(scheduler, grpc_port, host, tls, verb_auth) if grpc_port and not leader else None
                 if grpc_port and leader:  # a standby has no gRPC listener; check the port now, start it when leading
                     from scheduler.service.server import check_free

@@ -20,7 +20,7 @@ from typing import Iterator
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from scheduler.node_health import SOURCES, NodeHealthSources
 from scheduler.service.replacement import DEFAULT_GRACE_SECONDS, MemberReplacement
@@ -98,3 +98,32 @@ def install_failure_handling(scheduler, metrics, options: FailureOptions) -> Fai
         metrics.register_collector(SpareCollector(state, spares), "spares")
         spares.on_used = lambda kind, count: used.labels(kind).inc(count)
     return FailureHandling(spares, replacement)
+
+
+FLAG_OF_FIELD = {"grace_seconds": "--unhealthy-grace", "spare_fraction": "--spare-fraction",
+                 "conditions": "--unhealthy-condition", "labels": "--unhealthy-label"}
+IGNORABLE = {"not-ready": "not_ready", "cordoned": "cordoned", "no-execute": "no_execute",
+             "gpu-allocatable": "gpu_allocatable"}
+
+
+def failure_options_from_flags(replace: bool, grace: float, conditions: list[str], labels: list[str],
+                               ignore: list[str], spare_fraction: float) -> FailureOptions:
+    """`FailureOptions` from `meshfit serve` flags; ValueError with a one-line reason for bad values.
+
+    `conditions` / `labels`, when given, replace the defaults (`none` alone: no such source);
+    `ignore` turns built-in sources off (not-ready, cordoned, no-execute, gpu-allocatable)."""
+    unknown = sorted(set(ignore) - set(IGNORABLE))
+    if unknown:
+        raise ValueError(f"--unhealthy-ignore {unknown[0]!r}: expected one of {', '.join(IGNORABLE)}")
+    sources: dict = {IGNORABLE[name]: False for name in ignore}
+    for field, given in (("conditions", conditions), ("labels", labels)):
+        if given:
+            sources[field] = () if given == ["none"] else tuple(given)
+    try:
+        return FailureOptions(replace_unhealthy=replace, grace_seconds=float(grace),
+                              spare_fraction=float(spare_fraction), sources=NodeHealthSources(**sources))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = next((str(p) for p in error["loc"] if str(p) in FLAG_OF_FIELD), "")
+        raise ValueError(f"{FLAG_OF_FIELD.get(field, field or 'failure options')}: "
+                         f"{' '.join(str(error['msg']).split())}") from None

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from scheduler.engine import place
 from scheduler.gang_queue import delays_head
 from scheduler.jobs import Gang
+from scheduler.membership import gang_from_membership
 from scheduler.offered import offered_only
 from scheduler.pod_record import PodRecord
 from scheduler.preemption import Holder, PreemptionPlan, plan_preemption
@@ -51,6 +52,10 @@ GIVE_UP_SECONDS = 600.0
 COOLDOWN_SECONDS = 30.0
 """After a preemption ends without a reservation, the gang waits this long before planning again."""
 NEVER = "Never"
+WAITING_PLANNED = 8
+"""Waiting gangs (queue order) planned for per tick when the queue pass skips them for lack of free GPUs."""
+RETRY_SECONDS = 5.0
+"""A waiting gang is planned for at most this often from the tick."""
 
 
 def pod_holding_key(namespace: str, name: str) -> str:
@@ -84,6 +89,8 @@ class PreemptionFlow:
         self.done: dict[str, str] = {}
         """Preemptor gang key -> what it preempted (`GET /gangs` field `preempted`)."""
         self.counters: Counter = Counter()
+        self.tried: dict[str, float] = {}
+        """Gang key -> when the tick last planned for it."""
         self.observe: Callable[[PreemptionPlan], None] | None = None
         """Called with each plan carried out (metrics)."""
         self.lifecycle.unplaced.append(self.on_unplaced)
@@ -191,7 +198,34 @@ class PreemptionFlow:
 
     # ----- follow-up ---------------------------------------------------------------------------
     def upkeep(self, now: float) -> None:
-        """Every tick, under the lock: re-send lost evictions, keep the freed room, reserve preemptors."""
+        """Every tick, under the lock: re-send lost evictions, keep the freed room, reserve preemptors, and
+        plan for waiting gangs the queue pass skips (it only tries gangs no larger than the free GPUs)."""
+        self._follow(now)
+        self._plan_for_waiting(now)
+        known = self.state.gang_index
+        for table in (self.tried, self.cooldown, self.done):
+            for key in [k for k in table if k not in known]:
+                del table[key]  # the gang is gone
+
+    def _plan_for_waiting(self, now: float) -> None:
+        """The first waiting gangs larger than the free GPUs get a preemption plan (every `RETRY_SECONDS`)."""
+        lifecycle, free = self.lifecycle, self.state.topology.gpus_free
+        for waiting in lifecycle.queue.ordered()[:WAITING_PLANNED]:
+            key = waiting.key
+            if (waiting.pods * waiting.gpus_per_pod <= free or key in self.pending or key in lifecycle.rolling_back
+                    or self.state.ledger.get(key) is not None or now - self.tried.get(key, -RETRY_SECONDS) < RETRY_SECONDS):
+                continue
+            members = [r for r in lifecycle.members(key) if r.member is not None]
+            if not members or all(r.node for r in members):
+                continue
+            self.tried[key] = now
+            names = {r.member.index: r.name for r in members}
+            gang = gang_from_membership(members[0].member, names)
+            reason = self.on_unplaced(gang, self.gang_priority(key, waiting.priority), None)
+            if reason:
+                waiting.reason = reason
+
+    def _follow(self, now: float) -> None:
         for key, pending in list(self.pending.items()):
             members = self.lifecycle.members(key)
             if not any(not r.node for r in members) or self.state.ledger.get(key) is not None:

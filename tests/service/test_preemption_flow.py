@@ -1,0 +1,195 @@
+"""Whole-gang preemption in process: victims evicted whole in one rack, Events, no storm, the freed room kept
+for the preemptor, /preempt for gang members, and the ways it is switched off."""
+
+from __future__ import annotations
+
+from scheduler.service.actions import MemoryActions
+from scheduler.service.preemption_flow import REEVICT_SECONDS
+from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_pod, make_service
+
+RACK0 = {f"n-0-{i}" for i in range(4)}
+
+
+def running(name: str, size: int, priority: int, nodes: list[str]) -> list[dict]:
+    """A bound gang of `size` 8-GPU pods on `nodes` with `spec.priority`."""
+    pods = [gang_pod(name, i, size, node=node, phase="Running") for i, node in enumerate(nodes)]
+    for pod in pods:
+        pod["spec"]["priority"] = priority
+    return pods
+
+
+def pending(name: str, index: int, size: int, priority: int, **spec) -> dict:
+    """A pending member with `spec.priority` (and any other spec fields)."""
+    pod = gang_pod(name, index, size)
+    pod["spec"].update(priority=priority, **spec)
+    return pod
+
+
+def full_cluster(**options):
+    """2 racks x 4 nodes x 8 GPUs, all bound: rack 0 holds low1 and low2 (priority 10), rack 1 holds mid (20)."""
+    pods = (running("low1", 2, 10, ["n-0-0", "n-0-1"]) + running("low2", 2, 10, ["n-0-2", "n-0-3"])
+            + running("mid", 4, 20, [f"n-1-{i}" for i in range(4)]))
+    actions = MemoryActions()
+    service = make_service(make_nodes(), policy="meshfit", pods=pods, actions=actions, synchronous_actions=True,
+                           **options)
+    return service, actions, pods
+
+
+def evicted(actions: MemoryActions) -> list[str]:
+    """Names of the pods evicted so far, in order."""
+    return [call.pod.name for call in actions.of("evict")]
+
+
+def events(actions: MemoryActions, reason: str) -> list[tuple[str, str]]:
+    """(pod, message) of the Events of one reason."""
+    return [(call.pod.name, call.detail) for call in actions.of("event") if call.reason == reason]
+
+
+def gone(service, names: list[str]) -> None:
+    """The evicted pods are deleted (what the kubelet confirms)."""
+    for name in names:
+        service.state.delete_pod("default", name)
+
+
+def test_a_higher_priority_gang_evicts_only_one_whole_lower_gang_in_one_rack():
+    service, actions, _ = full_cluster()
+    urgent = [pending("urgent", i, 2, 100) for i in range(2)]
+    for pod in urgent:
+        service.state.upsert_pod(pod)
+    reply = service.filter(urgent[0])
+    assert filter_nodes(reply) == []
+    assert "preempted 1 lower-priority holder(s) in leaf rack-0" in next(iter(reply["FailedNodes"].values()))
+    assert sorted(evicted(actions)) == ["low1-0", "low1-1"]  # whole, one gang, nothing of low2 or mid
+    assert sorted(pod for pod, _ in events(actions, "GangPreempted")) == ["low1-0", "low1-1"]
+    [(pod, message)] = events(actions, "GangPreempting")
+    assert pod == "urgent-0" and "default/low1 (priority 10)" in message and "16 GPUs freed" in message
+    text = service.client.get("/metrics").text
+    assert "meshfit_gang_preemptions_total 1.0" in text and "meshfit_preempted_gpus_total 16.0" in text
+    assert service.state.ledger.get("default/low1") is None and service.state.ledger.get("default/low2") is not None
+
+
+def test_no_second_preemption_while_the_victims_terminate_and_lost_evictions_are_resent():
+    service, actions, _ = full_cluster()
+    urgent = [pending("urgent", i, 2, 100) for i in range(2)]
+    for pod in urgent:
+        service.state.upsert_pod(pod)
+    service.filter(urgent[0])
+    for _ in range(3):
+        service.filter(urgent[1])
+        service.filter(urgent[0])
+        service.clock.advance(1.0)
+        service.scheduler.tick()
+    assert sorted(evicted(actions)) == ["low1-0", "low1-1"]  # no storm: still one gang
+    service.clock.advance(REEVICT_SECONDS)
+    service.scheduler.tick()  # the victims are still there: the evictions may have been lost, sent again
+    assert sorted(evicted(actions)) == ["low1-0", "low1-0", "low1-1", "low1-1"]
+
+
+def test_the_freed_room_is_kept_for_the_preemptor_and_reserved_in_the_rack():
+    service, actions, _ = full_cluster()
+    urgent = [pending("urgent", i, 2, 100) for i in range(2)]
+    for pod in urgent:
+        service.state.upsert_pod(pod)
+    service.filter(urgent[0])
+    gone(service, ["low1-0", "low1-1"])
+    sneaky = pending("sneaky", 0, 2, 5)  # arrives while the room is free, before the next tick
+    assert filter_nodes(service.filter(sneaky)) == []
+    recreated = [pending("low1", i, 2, 10) for i in range(2)]  # the victim's controller recreates it
+    for pod in recreated:
+        pod["metadata"]["uid"] += "-2"
+        service.state.upsert_pod(pod)
+    assert filter_nodes(service.filter(recreated[0])) == []
+    service.scheduler.tick()
+    entry = service.state.ledger.get("default/urgent")
+    assert entry is not None and {entry.node_of(i) for i in range(2)} <= RACK0
+    assert {c.pod.name for c in actions.of("requeue")} >= {"urgent-1"}  # parked members brought back
+    for pod in urgent:
+        [node] = filter_nodes(service.filter(pod))
+        assert service.bind(pod, node) == {"Error": ""}
+    assert service.state.ledger.get("default/urgent").status == "bound"
+    assert sorted(evicted(actions)) == ["low1-0", "low1-1"]
+    row = next(r for r in service.client.get("/gangs").json()["gangs"] if r["gang"] == "default/urgent")
+    assert "default/low1" in row["preempted"]
+    service.state.topology.check_invariants()
+
+
+def test_a_victim_slot_held_for_its_replacement_does_not_keep_the_room():
+    service, actions, pods = full_cluster()
+    urgent = [pending("urgent", i, 2, 100) for i in range(2)]
+    for pod in urgent:
+        service.state.upsert_pod(pod)
+    service.filter(urgent[0])
+    for pod in pods[:2]:  # the watch reports the victims terminating: the ledger records them bound again
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        service.state.upsert_pod(pod)
+    gone(service, ["low1-0"])  # held for its replacement on n-0-0: low1-1 is still bound
+    recreated = pending("low1", 0, 2, 10)
+    recreated["metadata"]["uid"] += "-2"
+    service.state.upsert_pod(recreated)  # the controller recreates it, pending
+    gone(service, ["low1-1"])
+    held = service.state.ledger.get("default/low1")
+    assert held is not None and held.node_of(0) == "n-0-0"  # what would keep the preemptor out of rack 0
+    service.scheduler.tick()
+    entry = service.state.ledger.get("default/urgent")
+    assert entry is not None and {entry.node_of(i) for i in range(2)} <= RACK0
+    low1 = service.state.ledger.get("default/low1")
+    assert low1 is None or not low1.reserved_slots()
+    service.state.topology.check_invariants()
+
+
+def test_equal_priority_preempts_nothing():
+    service, actions, _ = full_cluster()
+    peer = pending("peer", 0, 1, 10)
+    assert filter_nodes(service.filter(peer)) == []
+    service.scheduler.tick()
+    assert evicted(actions) == [] and events(actions, "GangPreempting") == []
+
+
+def test_preemption_policy_never_and_the_flag_switch_it_off():
+    service, actions, _ = full_cluster()
+    polite = pending("polite", 0, 1, 100, preemptionPolicy="Never")
+    assert filter_nodes(service.filter(polite)) == []
+    service.scheduler.tick()
+    assert evicted(actions) == []
+    service, actions, _ = full_cluster(preemption=False)
+    assert filter_nodes(service.filter(pending("urgent", 0, 1, 100))) == []
+    service.scheduler.tick()
+    assert evicted(actions) == []
+
+
+def test_the_queue_preempts_for_a_gang_kube_scheduler_never_offered():
+    service, actions, _ = full_cluster()
+    service.state.watch_is_truth = True
+    service.scheduler.lifecycle.scheduler_names = frozenset({""})
+    for i in range(2):
+        service.state.upsert_pod(pending("urgent", i, 2, 100))
+    service.scheduler.tick()
+    service.clock.advance(5.0)
+    service.scheduler.tick()  # queued from the watch
+    assert evicted(actions) == []
+    service.scheduler.tick()  # larger than the free GPUs (the queue pass skips it): planned, preempts
+    assert sorted(evicted(actions)) == ["low1-0", "low1-1"]
+
+
+def test_preempt_verb_answers_nothing_for_a_gang_member_and_evicts_whole_gangs_itself():
+    service, actions, pods = full_cluster()
+    urgent = pending("urgent", 0, 1, 100)
+    victim = pods[4]  # mid-0: kube-scheduler would delete only this member of a 4-pod gang
+    body = {"Pod": urgent, "NodeNameToVictims": None, "NodeNameToMetaVictims": {
+        "n-1-0": {"Pods": [{"UID": victim["metadata"]["uid"]}], "NumPDBViolations": 0}}}
+    reply = service.client.post("/preempt", json=body).json()
+    assert reply == {"NodeNameToMetaVictims": {}}
+    assert len(evicted(actions)) == 2 and set(evicted(actions)) <= {"low1-0", "low1-1", "low2-0", "low2-1"}
+    assert len({name.split("-")[0] for name in evicted(actions)}) == 1  # one whole gang, priority 10
+    again = service.client.post("/preempt", json=body).json()
+    assert again == {"NodeNameToMetaVictims": {}} and len(evicted(actions)) == 2
+
+
+def test_preempt_verb_for_a_plain_pod_keeps_nodes_that_evict_whole_gangs_only():
+    service, actions, pods = full_cluster()
+    body = {"Pod": make_pod("loner", 8), "NodeNameToVictims": None, "NodeNameToMetaVictims": {
+        "n-0-0": {"Pods": [{"UID": pods[0]["metadata"]["uid"]}], "NumPDBViolations": 0},
+        "n-0-1": {"Pods": [{"UID": pods[0]["metadata"]["uid"]}, {"UID": pods[1]["metadata"]["uid"]}],
+                  "NumPDBViolations": 0}}}
+    reply = service.client.post("/preempt", json=body).json()
+    assert list(reply["NodeNameToMetaVictims"]) == ["n-0-1"] and evicted(actions) == []

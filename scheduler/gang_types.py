@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
+from scheduler.elastic import ElasticRange
 from scheduler.handoff import ANNOTATION_GANG
 from scheduler.jobs import MAX_GANG_PODS, MAX_GPUS_PER_POD, JobSpecError, ModelShape, Parallelism, TopologyConstraint
 from topology.k8s import pod_gpu_request
@@ -40,6 +41,8 @@ class GangMembership:
     model: ModelShape | None = None
     constraint: TopologyConstraint = field(default_factory=TopologyConstraint)
     gpus_per_pod: int = 0
+    elastic: ElasticRange | None = None
+    """Elastic gangs: the data-parallel range it may run at (`scheduler.elastic`); None = fixed size."""
 
 
 class NotAGangMember(Exception):

@@ -19,11 +19,12 @@ from scheduler.jobs import (
     ANNOTATION_MAX_COMM_RATIO, KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, Gang, JobSpecError, ModelShape, Parallelism, PodSlot,
     TopologyConstraint, parse_key_values, parse_max_comm_ratio, parse_slice_annotations, pick_topology_level,
 )
+from scheduler.elastic import ANNOTATION_ELASTIC
 from scheduler.manifest_kinds import READERS, JobPods, as_mapping, gpus_from_template
 
 KNOWN_KEYS = (ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, ANNOTATION_MODEL, ANNOTATION_REQUIRED_LEVEL,
               ANNOTATION_PREFERRED_LEVEL, KUEUE_REQUIRED_TOPOLOGY, KUEUE_PREFERRED_TOPOLOGY,
-              KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, ANNOTATION_MAX_COMM_RATIO)
+              KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, ANNOTATION_MAX_COMM_RATIO, ANNOTATION_ELASTIC)
 """Annotation keys meshfit reads from a job manifest."""
 
 

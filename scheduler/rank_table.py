@@ -31,15 +31,18 @@ def configmap_name(job_name: str) -> str:
 
 
 def rank_table_document(placement: Placement, master_addr: str, master_port: int = DEFAULT_MASTER_PORT,
-                        bound_pods: set[int] | None = None) -> dict[str, Any]:
-    """The rank table of a placed gang; pods outside `bound_pods` (None = all bound) have node null."""
+                        bound_pods: set[int] | None = None, elastic: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The rank table of a placed gang; pods outside `bound_pods` (None = all bound) have node null.
+
+    An elastic gang's table also carries `elastic`: `{"min_dp", "max_dp", "dp", "generation"}` (the
+    generation grows by one at every resize; the table always describes the current size)."""
     gang = placement.gang
     bound = set(range(len(gang.pods))) if bound_pods is None else set(bound_pods)
 
     def node_of(index: int) -> str | None:
         return placement.pod_nodes[index] if index in bound else None
 
-    return {
+    document = {
         "gang": gang.key,
         "world_size": gang.world_size,
         "rank_order": placement.rank_order,
@@ -51,13 +54,16 @@ def rank_table_document(placement: Placement, master_addr: str, master_port: int
                    "node": node_of(r.pod_index), "local_rank": r.local_rank, "coords": dict(r.coords)}
                   for r in placement.ranks],
     }
+    if elastic is not None:
+        document["elastic"] = dict(elastic)
+    return document
 
 
 def rank_table_configmap(placement: Placement, master_addr: str, master_port: int = DEFAULT_MASTER_PORT,
-                         bound_pods: set[int] | None = None) -> dict[str, Any]:
+                         bound_pods: set[int] | None = None, elastic: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The v1 ConfigMap carrying the gang's rank table (labelled with the gang for lookup)."""
     gang = placement.gang
-    document = rank_table_document(placement, master_addr, master_port, bound_pods)
+    document = rank_table_document(placement, master_addr, master_port, bound_pods, elastic)
     return {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": configmap_name(gang.name), "namespace": gang.namespace,

@@ -111,6 +111,9 @@ class Reservation:
     """Why bound members were given rendezvous that disagree ("" when they agree)."""
     bound_since: float | None = None
     """When the first member was bound (None while none is): completion deadlines count from here."""
+    elastic: dict | None = None
+    """Elastic gangs: `{"min_dp", "max_dp", "dp", "generation"}` (set by `scheduler.service.elastic`; published
+    in the rank table so launchers can follow resizes); None for a fixed-size gang."""
 
     @property
     def gang_key(self) -> str:
@@ -180,6 +183,9 @@ class ReservationLedger:
         self.expired_total = 0
         self._next_expiry = math.inf
         """No entry with reserved slots expires before this (a lower bound, exact after each scan)."""
+        self.normalize_given: Callable[[Reservation, GivenRendezvous], GivenRendezvous] | None = None
+        """Maps a bound member's stated rendezvous before `note_given` compares it (elastic gangs: members bound
+        at an earlier size state an older dp; see `scheduler.service.elastic`)."""
 
     # ----- assume / commit / discard ---------------------------------------------------------
     def reserve(self, placement: Placement, indices: list[int] | None = None) -> Reservation:
@@ -254,6 +260,8 @@ class ReservationLedger:
         entry = self.entries.get(gang_key)
         if entry is None or given is None:
             return
+        if self.normalize_given is not None:
+            given = self.normalize_given(entry, given)
         if entry.given is None or entry.bound_given() is None:
             entry.given, entry.given_conflict = given, ""
         elif not entry.given.agrees_with(given) and not entry.given_conflict:

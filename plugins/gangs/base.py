@@ -25,6 +25,7 @@ from scheduler.gang_types import (  # the core's types and readers, re-exported 
     LABEL_GANG, GangMembership, GangSource, Lookup, NotAGangMember, annotations, api_group, labels, metadata,
     namespace_of, parse_count, pod_gpus, pod_label, qualified_kind, split_kind,
 )
+from scheduler.elastic import ANNOTATION_ELASTIC, elastic_range
 from scheduler.handoff import ANNOTATION_POD_INDEX
 from scheduler.manifest_kinds import READERS
 from scheduler.manifests import KNOWN_KEYS, merged_annotations
@@ -210,13 +211,26 @@ def resolve_membership(pod: dict, lookup: Lookup, *, source: str, gang_name: str
         raise JobSpecError(f"{where}: pod index {index} is outside gang {namespace_of(pod)}/{gang_name} of {size} pods")
     model_text = settings.get(ANNOTATION_MODEL)
     order = settings.get(ANNOTATION_RANK_ORDER)
+    parallelism = _parallelism(settings.get(ANNOTATION_PARALLELISM), size, gpus, where)
+    constraint = constraint_from(settings, where, required, preferred)
+    elastic = elastic_range(settings.get(ANNOTATION_ELASTIC), elastic_policy(owner),
+                            parallelism or Parallelism(tp=max(gpus, 1), dp=size), size, gpus, order, where,
+                            constraint.has_slices)
     return GangMembership(
         gang_key=f"{namespace_of(pod)}/{gang_name}", index=index, size=size, source=source,
-        parallelism=_parallelism(settings.get(ANNOTATION_PARALLELISM), size, gpus, where),
-        rank_order=order.strip().lower() if order else None,
+        parallelism=parallelism, rank_order=order.strip().lower() if order else None,
         model=ModelShape.parse(model_text) if model_text else None,
-        constraint=constraint_from(settings, where, required, preferred),
-        gpus_per_pod=gpus)
+        constraint=constraint, gpus_per_pod=gpus, elastic=elastic)
+
+
+def elastic_policy(owner: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """`spec.elasticPolicy` of a Kubeflow PyTorchJob owner (None for other owners or when unset)."""
+    if not isinstance(owner, Mapping) or owner.get("kind") != "PyTorchJob" or \
+            api_group(owner.get("apiVersion")) != "kubeflow.org":
+        return None
+    spec = owner.get("spec")
+    policy = spec.get("elasticPolicy") if isinstance(spec, Mapping) else None
+    return policy if isinstance(policy, Mapping) else None
 
 
 def explicit_index(pod: dict, where: str) -> int | None:

@@ -85,4 +85,5 @@ def bind_annotations(entry: Reservation, index: int) -> dict[str, str]:
 def reservation_configmap(entry: Reservation) -> dict[str, Any]:
     """The gang's rank-table ConfigMap as of now (pods not yet bound have node null)."""
     bound = {index for index, slot in entry.slots.items() if slot.state == SLOT_BOUND}
-    return rank_table_configmap(reservation_placement(entry), master_address(entry), bound_pods=bound)
+    return rank_table_configmap(reservation_placement(entry), master_address(entry), bound_pods=bound,
+                                elastic=entry.elastic)

@@ -97,6 +97,8 @@ class GangLifecycle:
         answer (e.g. "preempting gangs ...") replaces the shortfall reason the gang waits with."""
         self.row_extras: list[Callable[[str, dict], None]] = []
         """Called with (gang key, row) for each reserved / bound row of `GET /gangs` to add fields."""
+        self.place_gang: Callable[[Any, Any, str], Placement] = place
+        """`place(gang, topology, policy)` for new reservations (elastic gangs try their largest size that fits)."""
 
     # ----- members ----------------------------------------------------------------------------
     def pod_ref(self, record: PodRecord) -> PodRef:
@@ -333,19 +335,20 @@ class GangLifecycle:
         if key in self.rolling_back:
             return None, f"gang {key} is being rolled back; it is placed afresh once its evicted members are gone"
         with offered_only(topo, offered):
-            placement = place(gang, topo, self.policy)
+            placement = self.place_gang(gang, topo, self.policy)
         head = self.queue.head_before(key, priority, topo)
         if placement.placed and (head is None or not delays_head(topo, head, usage_of(placement, topo))):
             entry = ledger.reserve(placement)
             self.reserved(entry, by, "queue" if by is None else f"first member {by.name}")
             return entry, ""
-        reason = (shortfall_reason(gang, topo, placement) if not placement.placed else
+        reason = (shortfall_reason(placement.gang, topo, placement) if not placement.placed else
                   f"gang {key} fits, but waits behind gang {head.key} ({head.pods} pods x {head.gpus_per_pod} GPUs, "
                   f"higher in the queue): starting now would take GPUs that gang is waiting for")
         if not placement.placed:
             for hook in self.unplaced:
                 reason = hook(gang, priority, placement) or reason
-        waiting = self.queue.note(key, priority, len(gang.pods), gang.gpus_per_pod, reason, self.clock(), offered)
+        waiting = self.queue.note(key, priority, len(placement.gang.pods), gang.gpus_per_pod, reason, self.clock(),
+                                  offered)
         return None, f"{reason} [queue position {self.queue.position(key)}, waiting since {since_text(waiting.arrived_at)}]"
 
     def admit_waiting(self) -> list[str]:

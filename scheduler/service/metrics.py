@@ -149,6 +149,8 @@ class ServiceMetrics:
                                    "lower-priority gangs in one domain).", registry=self.registry)
         self.preempted_gpus = Counter("meshfit_preempted_gpus", "GPUs held by the gangs and pods preempted.",
                                       registry=self.registry)
+        self.elastic_resizes = Counter("meshfit_elastic_resizes", "Elastic gang resizes (whole DP replicas dropped "
+                                       "or added).", ["direction"], registry=self.registry)
         self.register_collector(StateCollector(state), "state")
 
     def watch_scheduler(self, scheduler) -> None:
@@ -158,6 +160,9 @@ class ServiceMetrics:
         preemption = getattr(scheduler, "preemption", None)
         if preemption is not None:
             preemption.observe = self.observe_preemption
+        elastic = getattr(scheduler, "elastic", None)
+        if elastic is not None:
+            elastic.observe = lambda direction: self.elastic_resizes.labels(direction).inc()
 
     def observe_preemption(self, plan) -> None:
         """Count a preemption and the GPUs its victims held."""

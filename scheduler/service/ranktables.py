@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from scheduler.rank_table import configmap_name, rank_table_configmap
 from scheduler.service.binding import RankTablePublisher, master_address, reservation_placement
-from scheduler.reservations import SLOT_BOUND
+from scheduler.reservations import SLOT_BOUND, Reservation
 from scheduler.state import ClusterState
 
 log = logging.getLogger("meshfit.service")
@@ -72,6 +72,8 @@ class RankTableTracker:
         self._queued: set[str] = set()
         self._busy = False
         self._worker: threading.Thread | None = None
+        self.elastic_of: Callable[[Reservation], dict | None] = lambda entry: entry.elastic
+        """The `elastic` section of a gang's table (called under the state lock; `scheduler.service.elastic`)."""
 
     def mark_due(self, gang_key: str) -> None:
         """The gang's rank table changed (reservation created, or every pod bound)."""
@@ -128,13 +130,13 @@ class RankTableTracker:
                     self._queue.notify_all()
 
     def _snapshot(self, gang_key: str) -> tuple | None:
-        """(placement, master address, bound pod indices) of the gang as of now, or None once it is gone."""
+        """(placement, master address, bound pod indices, elastic info) of the gang as of now, or None once gone."""
         with self.state.lock:
             entry = self.state.ledger.get(gang_key)
             if entry is None:
                 return None
             bound = {index for index, slot in entry.slots.items() if slot.state == SLOT_BOUND}
-            return reservation_placement(entry), master_address(entry), bound
+            return reservation_placement(entry), master_address(entry), bound, self.elastic_of(entry)
 
     def _publish_one(self, gang_key: str) -> bool:
         with self._lock:
@@ -143,8 +145,8 @@ class RankTableTracker:
             return True
         snapshot = self._snapshot(gang_key)
         if snapshot is not None:
-            placement, master, bound = snapshot
-            configmap = rank_table_configmap(placement, master, bound_pods=bound)  # outside the state lock
+            placement, master, bound, elastic = snapshot
+            configmap = rank_table_configmap(placement, master, bound_pods=bound, elastic=elastic)  # off the lock
             try:
                 self.publisher.publish(configmap)
             except Exception as exc:  # noqa: BLE001 - any publisher failure: log, count, retry later

@@ -35,6 +35,7 @@ from scheduler.reserve_ops import place_and_reserve, reserve_remaining
 from scheduler.service.actions import ActionDispatcher, ClusterActions, MemoryActions
 from scheduler.service.binding import Binder, RankTablePublisher, bind_annotations
 from scheduler.service.gang_lifecycle import DEFAULT_COMPLETION_TIMEOUT, GangLifecycle
+from scheduler.service.elastic import ElasticGangs
 from scheduler.service.preemption_flow import PreemptionFlow
 from scheduler.service.ranktables import MemoryRankTables, RankTableTracker
 from scheduler.pod_record import PodRecord
@@ -85,6 +86,7 @@ class GangScheduler:
         self.dispatcher = ActionDispatcher(self.actions, synchronous=synchronous_actions)
         self.lifecycle = GangLifecycle(state, self.dispatcher, policy, state.ledger.clock, completion_timeout)
         self.preemption = PreemptionFlow(self, enabled=preemption)
+        self.elastic = ElasticGangs(self)
 
     # ----- housekeeping ----------------------------------------------------------------------
     def sweep(self) -> list[str]:
@@ -173,12 +175,14 @@ class GangScheduler:
             self.rank_tables.mark_due(member.gang_key)
             if self.on_placed is not None and entry.placement is not None:
                 self.on_placed(entry.placement)
-        elif entry.node_of(member.index) is None:
+        elif entry.node_of(member.index) is None and not self.elastic.beyond_size(member, entry):
             with offered_only(topo, offered):
                 placement, reason = reserve_remaining(ledger, entry, topo, self.policy)
             if placement is None:
                 return None, reason
             self.rank_tables.mark_due(member.gang_key)
+        if self.elastic.beyond_size(member, entry):  # an elastic gang's pod past its current size waits
+            return None, self.elastic.beyond_size(member, entry)
         slot = entry.slots[member.index]
         if slot.state in (SLOT_BOUND, SLOT_BINDING) and slot.pod not in (None, record.name):
             return None, f"slot {member.index} of gang {member.gang_key} is already bound to pod {slot.pod}"

@@ -25,9 +25,10 @@ Plans are compared by `PreemptionPlan.order`:
 5. the **smaller domain** (fewer GPUs), then its name (deterministic).
 
 Work is bounded for large clusters: a cheap per-domain estimate (cheapest-first GPU counts, no
-placement) orders the domains, at most `MAX_DOMAINS` are verified with the engine, at most
-`MAX_VICTIMS` victims are tried per domain, and a domain whose estimated highest victim priority is
-already worse than the best plan's is not verified at all.
+placement) orders the domains, at most `MAX_DOMAINS` are verified with the engine, with at most
+`MAX_PLACEMENTS` engine placements each (victims are added without one until their GPUs add up), and
+a domain whose estimated highest victim priority is already worse than the best plan's is not
+verified at all.
 
 Pure core: no service or Kubernetes imports; the caller holds the state lock.
 """
@@ -44,8 +45,8 @@ from topology.model import ClusterTopology, Domain
 
 MAX_DOMAINS = 48
 """Candidate domains verified with the engine per plan (the cheapest by estimate)."""
-MAX_VICTIMS = 32
-"""Victims tried per domain before the domain is given up."""
+MAX_PLACEMENTS = 24
+"""Engine placements tried per domain (adding victims, then dropping them) before it is given up."""
 CLUSTER = "cluster"
 """Name of the whole-cluster candidate when the topology has several top-level domains."""
 
@@ -191,27 +192,33 @@ def _fits(topo: ClusterTopology, gang: Gang, policy: str, domain: Domain | None)
 
 def _plan_in(topo: ClusterTopology, gang: Gang, policy: str, candidate: _Candidate,
              usage: dict[str, list[tuple[str, int, int]]], gpus: dict[str, int],
-             max_victims: int) -> PreemptionPlan | None:
+             max_placements: int) -> PreemptionPlan | None:
     domain = candidate.domain
     names = frozenset(topo.nodes[i].name for i in domain.nodes) if domain is not None else None
     what_if = _WhatIf(topo, usage, set(domain.nodes) if domain is not None else None)
     with offered_only(topo, names):
         try:
             chosen: list[Holder] = []
-            placement = None
-            for holder in candidate.victims[:max_victims]:
+            placement, tries = None, 0
+            free = (lambda: domain.gpus_free) if domain is not None else (lambda: topo.gpus_free)
+            for holder in candidate.victims:  # cheapest first; the engine only once the GPUs add up
                 what_if.remove(holder)
                 chosen.append(holder)
-                placement = _fits(topo, gang, policy, domain)
-                if placement is not None:
-                    break
+                if free() >= gang.world_size:
+                    tries += 1
+                    placement = _fits(topo, gang, policy, domain)
+                    if placement is not None or tries >= max_placements:
+                        break
             if placement is None:
                 return None
             for holder in sorted(chosen, key=lambda h: (-h.priority, -gpus[h.key], h.key)):  # drop the dearest first
-                if len(chosen) == 1:
+                if len(chosen) == 1 or tries >= max_placements:
                     break
                 what_if.restore(holder)
-                again = _fits(topo, gang, policy, domain)
+                again = None
+                if free() >= gang.world_size:
+                    tries += 1
+                    again = _fits(topo, gang, policy, domain)
                 if again is not None:
                     chosen.remove(holder)
                     placement = again
@@ -228,7 +235,7 @@ def _plan_in(topo: ClusterTopology, gang: Gang, policy: str, candidate: _Candida
 
 
 def plan_preemption(topo: ClusterTopology, gang: Gang, priority: int, holders: list[Holder], policy: str,
-                    max_domains: int = MAX_DOMAINS, max_victims: int = MAX_VICTIMS) -> PreemptionPlan | None:
+                    max_domains: int = MAX_DOMAINS, max_placements: int = MAX_PLACEMENTS) -> PreemptionPlan | None:
     """The cheapest plan (see the module docstring) that lets `gang` of `priority` place by evicting whole
     holders of strictly lower priority inside one domain; None when there is none.  Leaves `topo` as it was."""
     lower = [h for h in holders if h.preemptible and h.priority < priority and h.key != gang.key]
@@ -241,7 +248,7 @@ def plan_preemption(topo: ClusterTopology, gang: Gang, priority: int, holders: l
     for candidate in _candidates(topo, gang.world_size, lower, usage, gpus)[:max_domains]:
         if best is not None and candidate.estimate[0] > best.highest_priority:
             break  # sorted by estimate: no later domain can evict lower priorities than the best plan
-        plan = _plan_in(topo, gang, policy, candidate, usage, gpus, max_victims)
+        plan = _plan_in(topo, gang, policy, candidate, usage, gpus, max_placements)
         if plan is not None and (best is None or plan.order() < best.order()):
             best = plan
     return best

@@ -193,3 +193,35 @@ def test_preempt_verb_for_a_plain_pod_keeps_nodes_that_evict_whole_gangs_only():
                   "NumPDBViolations": 0}}}
     reply = service.client.post("/preempt", json=body).json()
     assert list(reply["NodeNameToMetaVictims"]) == ["n-0-1"] and evicted(actions) == []
+
+
+def test_concurrent_preempt_calls_for_every_member_make_one_plan():
+    import threading
+
+    service, actions, pods = full_cluster()
+    members = [pending("urgent", i, 4, 100) for i in range(4)]
+    for pod in members:
+        service.state.upsert_pod(pod)
+    victims = {"n-1-0": [pods[4]["metadata"]["uid"]]}
+    replies, barrier = [], threading.Barrier(len(members))
+
+    def ask(pod: dict) -> None:
+        barrier.wait()
+        replies.append(service.scheduler.preempt(victims, {}, pod))
+
+    threads = [threading.Thread(target=ask, args=(pod,)) for pod in members]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert replies == [{}] * 4
+    assert len(events(actions, "GangPreempting")) == 1
+    assert sorted(evicted(actions)) == ["low1-0", "low1-1", "low2-0", "low2-1"]  # rack 0 cleared, mid untouched
+
+
+def test_a_gang_with_a_bind_in_flight_is_not_a_victim_now():
+    service, actions, _ = full_cluster()
+    # its second member's Binding is in flight (e.g. a recreated pod): evicting now could leave it bound alone
+    service.state.ledger.get("default/low1").slots[1].state = "binding"
+    assert filter_nodes(service.filter(pending("urgent", 0, 2, 100))) == []
+    assert sorted(evicted(actions)) == ["low2-0", "low2-1"]

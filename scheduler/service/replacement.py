@@ -43,6 +43,8 @@ from scheduler.service.spare_pool import SparePool
 log = logging.getLogger("meshfit.replace")
 
 DEFAULT_GRACE_SECONDS = 15.0
+EVICT_RETRY_SECONDS = 10.0
+"""An evicted member still present this long after its eviction is evicted again (the call may have failed)."""
 
 
 class MemberReplacement:
@@ -58,6 +60,8 @@ class MemberReplacement:
         """Gang key -> (nodes by pod index, predicted step communication seconds) of its last whole layout."""
         self.last: dict[str, dict] = {}
         """Gang key -> its last replacement (for `GET /gangs`)."""
+        self.evicted: dict[str, tuple[float, str]] = {}
+        """Uid of an evicted (superseded) member -> (when it was last evicted, why)."""
 
     # ----- the pass ---------------------------------------------------------------------------
     def upkeep(self, now: float) -> None:
@@ -83,6 +87,8 @@ class MemberReplacement:
             del self.layout_cost[key]
         for key in [k for k in self.last if k not in entries and k not in self.state.gang_index]:
             del self.last[key]
+        self._evict_again(now)
+        self._spares_for_incomplete(now)
         if not failed:
             return
         for key, entry in entries.items():
@@ -148,14 +154,42 @@ class MemberReplacement:
             log.info(message, extra={"gang": key, "decision": "replaced"})
             self.lifecycle.republish.add(key)
         for index in sorted(records):
-            record = records[index]
-            self.lifecycle.dispatcher.evict(self.lifecycle.pod_ref(record), message)
+            self.evicted[records[index].uid] = (now, message)
+            self.lifecycle.dispatcher.evict(self.lifecycle.pod_ref(records[index]), message)
         members = self.lifecycle.members(key)
         if members:
             first = min(members, key=lambda r: r.member.index)
             self.lifecycle.dispatcher.event(self.lifecycle.pod_ref(first), "GangMembersReplaced" if placement
                                             else "GangMembersLost", message,
                                             EVENT_NORMAL if placement else EVENT_WARNING)
+
+    def _evict_again(self, now: float) -> None:
+        """Evict again the superseded members still present after `EVICT_RETRY_SECONDS` (a failed call)."""
+        for uid in list(self.evicted):
+            record = self.state.pods.get(uid)
+            if record is None or uid not in self.state.superseded:
+                del self.evicted[uid]
+            elif now - self.evicted[uid][0] >= EVICT_RETRY_SECONDS:
+                self.evicted[uid] = (now, self.evicted[uid][1])
+                self.lifecycle.dispatcher.evict(self.lifecycle.pod_ref(record), self.evicted[uid][1])
+
+    def _spares_for_incomplete(self, now: float) -> None:
+        """Partly bound gangs whose missing members found no ordinary room this tick (`GangLifecycle._repair`
+        ran first: members deleted by someone else, or a replacement that waited) may take spares."""
+        if not self.spares.holds:
+            return
+        for key, entry in list(self.state.ledger.entries.items()):
+            if key in self.lifecycle.rolling_back or not entry.has_bound() or not entry.missing_indices():
+                continue
+            missing = entry.missing_indices()
+            if 0 in missing and entry.bound_given() is not None:
+                continue  # pod 0 goes back to its rendezvous node: no spare can hold it
+            placement, _, spent = self._place_lost(entry)
+            if placement is not None:
+                message = (f"gang {key}: missing members {missing} re-placed on spares "
+                           + ", ".join(f"pod {i} -> {entry.node_of(i)}" for i in missing) + f" ({dict(spent)})")
+                log.info(message, extra={"gang": key, "decision": "replaced"})
+                self.lifecycle.republish.add(key)
 
     def _count(self, lost: dict[int, NodeFailure]) -> None:
         if self.on_replaced is not None:

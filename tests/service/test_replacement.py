@@ -309,3 +309,55 @@ def test_hostile_failure_options_are_rejected(options):
 def test_hostile_health_sources_are_rejected(sources):
     with pytest.raises(ValidationError):
         NodeHealthSources(**sources)
+
+
+def test_members_deleted_by_someone_else_still_get_the_spares():
+    service, actions = service_with(spare_fraction=0.25, grace_seconds=300.0)  # meshfit itself waits
+    service.scheduler.tick()  # the pool: n-0-3 and n-1-3
+    placed = bind_gang(service, "g", 3)
+    bind_gang(service, "h", 3)  # every non-spare node is taken
+    fail_not_ready(service, placed[1])
+    service.state.delete_pod("default", "g-1")  # the node controller (or an operator) deleted it
+    service.binder.unbind("default", "g-1")
+    service.scheduler.tick()
+    assert evicted(actions) == []
+    assert service.state.ledger.get("default/g").node_of(1) == "n-0-3"  # the rack's spare, not a wait
+    assert recreate(service, "g", 1, 3, "uid-new-1") == "n-0-3"
+    assert_never_double_booked(service)
+
+
+def test_an_eviction_that_did_not_happen_is_retried_until_the_pod_is_gone():
+    service, actions = service_with()
+    placed = bind_gang(service, "g", 2)
+    fail_not_ready(service, placed[1])
+    service.scheduler.tick()
+    assert evicted(actions) == ["g-1"]
+    service.clock.advance(5)
+    service.scheduler.tick()
+    assert evicted(actions) == ["g-1"]
+    service.clock.advance(6)
+    service.scheduler.tick()
+    assert evicted(actions) == ["g-1", "g-1"]  # still there 10 s later: evicted again
+    service.state.delete_pod("default", "g-1")
+    service.clock.advance(20)
+    service.scheduler.tick()
+    assert evicted(actions) == ["g-1", "g-1"]
+
+
+def test_a_differently_named_replacement_may_arrive_before_the_old_pod_is_gone():
+    service, actions = service_with()
+    placed = bind_gang(service, "g", 3)
+    ranks = ranks_of(service, "g-2")
+    fail_not_ready(service, placed[2])
+    service.scheduler.tick()
+    new = service.state.ledger.get("default/g").node_of(2)
+    pod = gang_pod("g", 2, 3, 8, uid="uid-g-2-b")  # an Indexed Job names its new pod afresh
+    pod["metadata"]["name"] = "g-2-b"
+    service.state.upsert_pod(pod)
+    assert filter_nodes(service.filter(pod)) == [new]  # the old g-2 is still terminating on the failed node
+    assert service.bind(pod, new) == {"Error": ""}
+    assert ranks_of(service, "g-2-b") == ranks
+    service.state.delete_pod("default", "g-2")  # the old pod finally goes: the new member keeps its slot
+    entry = service.state.ledger.get("default/g")
+    assert entry.status == "bound" and entry.slots[2].pod == "g-2-b" and entry.node_of(2) == new
+    assert_never_double_booked(service)

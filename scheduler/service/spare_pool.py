@@ -138,8 +138,8 @@ class SparePool:
         topo = self.state.topology
         for key, hold in list(self.holds.items()):
             node = topo.node_by_name.get(hold.node)
-            if node is None or not node.schedulable:
-                self._drop(key)
+            if node is None or not node.schedulable or node.gpus_used > node.gpus_total:
+                self._drop(key)  # failed, gone, or a pod landed there anyway (another scheduler): not a spare
         if self.fraction > 0 and topo.nodes:
             self._refill_pool(topo)
         self._gang_spares(topo)

@@ -361,3 +361,16 @@ def test_a_differently_named_replacement_may_arrive_before_the_old_pod_is_gone()
     entry = service.state.ledger.get("default/g")
     assert entry.status == "bound" and entry.slots[2].pod == "g-2-b" and entry.node_of(2) == new
     assert_never_double_booked(service)
+
+
+def test_a_pod_bound_on_a_spare_by_someone_else_ends_that_spare_and_the_pool_refills_elsewhere():
+    from tests.service.helpers import make_pod
+
+    service, _ = service_with(spare_fraction=0.25)
+    service.scheduler.tick()
+    assert "n-0-3" in service.scheduler.failures.spares.pool_nodes()
+    service.state.upsert_pod(make_pod("foreign", 8, node="n-0-3", phase="Running"))  # not scheduled by meshfit
+    service.scheduler.tick()
+    pool = service.scheduler.failures.spares.pool_nodes()
+    assert "n-0-3" not in pool and "n-0-2" in pool  # the next wholly free node of the rack
+    assert_never_double_booked(service)

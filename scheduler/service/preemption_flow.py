@@ -212,8 +212,9 @@ class PreemptionFlow:
         lifecycle, free = self.lifecycle, self.state.topology.gpus_free
         for waiting in lifecycle.queue.ordered()[:WAITING_PLANNED]:
             key = waiting.key
+            recently = now - self.tried.get(key, -RETRY_SECONDS) < RETRY_SECONDS
             if (waiting.pods * waiting.gpus_per_pod <= free or key in self.pending or key in lifecycle.rolling_back
-                    or self.state.ledger.get(key) is not None or now - self.tried.get(key, -RETRY_SECONDS) < RETRY_SECONDS):
+                    or self.state.ledger.get(key) is not None or recently):
                 continue
             members = [r for r in lifecycle.members(key) if r.member is not None]
             if not members or all(r.node for r in members):

@@ -42,7 +42,8 @@ def full_10k():
 @pytest.mark.parametrize("pods", [8, 64, 256])
 def test_plan_on_a_full_10k_gpu_cluster(benchmark, full_10k, pods):
     topo, holders = full_10k
-    gang = Gang("bench", f"urgent{pods}", tuple(PodSlot(i, f"u{i}", 8) for i in range(pods)), Parallelism(tp=8, dp=pods))
+    slots = tuple(PodSlot(i, f"u{i}", 8) for i in range(pods))
+    gang = Gang("bench", f"urgent{pods}", slots, Parallelism(tp=8, dp=pods))
     before = dict(topo.pods)
     place(gang, topo, "meshfit")  # warm the per-topology caches, as the long-running service has them
     started = time.perf_counter()

@@ -57,7 +57,8 @@ def test_lower_highest_priority_beats_fewer_gpus():
     topo = make_cluster(racks=2, nodes=4)
     holders = [occupy(topo, "a1", 10, [0, 1]), occupy(topo, "a2", 10, [2, 3]), occupy(topo, "b", 20, [4])]
     plan = plan_preemption(topo, make_gang(tp=8, dp=4), 100, holders, "meshfit")
-    # rack 0: two priority-10 gangs (32 GPUs); rack 1: one priority-20 gang (8 GPUs) -- lexicographic, not GPUs x priority
+    # rack 0: two priority-10 gangs (32 GPUs); rack 1: one priority-20 gang (8 GPUs): lexicographic,
+    # not GPUs x (1 + priority), which would evict the priority-20 gang
     assert sorted(v.key for v in plan.victims) == ["ns/a1", "ns/a2"] and plan.domain == "s0-r0"
 
 

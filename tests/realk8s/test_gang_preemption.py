@@ -47,7 +47,8 @@ def test_a_high_priority_gang_preempts_only_whole_lower_priority_gangs_in_one_le
     create_gang(kube.core, kube.namespace, "a3", 2, GPUS, priority_class="low", extra_spec=in_leaf(0), seed=3)
     create_gang(kube.core, kube.namespace, "b", 4, GPUS, priority_class="mid", extra_spec=in_leaf(1), seed=4)
     create_gang(kube.core, kube.namespace, "vip", 4, GPUS, priority_class="high", extra_spec=in_leaf(1), seed=5)
-    status = wait_settled(kube, stack, timeout=180.0, until=lambda s: all(b == t for b, t in s.values()) and len(s) == 5)
+    status = wait_settled(kube, stack, timeout=180.0,
+                          until=lambda s: len(s) == 5 and all(b == t for b, t in s.values()))
     assert status == {"a1": (4, 4), "a2": (2, 2), "a3": (2, 2), "b": (4, 4), "vip": (4, 4)}  # the cluster is full
     before = pods_by_gang(kube)
     a1_nodes = {node for _, node in before["a1"].values()}

@@ -225,3 +225,14 @@ def test_a_gang_with_a_bind_in_flight_is_not_a_victim_now():
     service.state.ledger.get("default/low1").slots[1].state = "binding"
     assert filter_nodes(service.filter(pending("urgent", 0, 2, 100))) == []
     assert sorted(evicted(actions)) == ["low2-0", "low2-1"]
+
+
+def test_serve_has_the_preemption_switch_and_rejects_a_value_for_it():
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-c", "from scheduler.cli import main; main()", "serve"]
+    shown = subprocess.run([*run, "--help"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "--no-preemption" in shown.stdout
+    bad = subprocess.run([*run, "--preemption=sometimes"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from scheduler.engine import place
 from scheduler.gang_queue import delays_head
-from scheduler.jobs import Gang
+from scheduler.jobs import Gang, JobSpecError
 from scheduler.membership import gang_from_membership
 from scheduler.offered import offered_only
 from scheduler.pod_record import PodRecord
@@ -39,6 +39,7 @@ from scheduler.preemption import Holder, PreemptionPlan, plan_preemption
 from scheduler.reservations import SLOT_BINDING, SLOT_BOUND, SLOT_RESERVED, reservation_key
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, PodRef
 from topology.k8s import FINISHED_PHASES
+from topology.model import TopologyError
 
 if TYPE_CHECKING:
     from scheduler.service.scheduling import GangScheduler
@@ -136,7 +137,11 @@ class PreemptionFlow:
         if not self.may_preempt(key) or self.cooldown.get(key, 0.0) > now:
             return ""
         priority = self.gang_priority(key, priority)
-        plan = plan_preemption(self.state.topology, gang, priority, self.holders(key), self.lifecycle.policy)
+        try:
+            plan = plan_preemption(self.state.topology, gang, priority, self.holders(key), self.lifecycle.policy)
+        except (JobSpecError, TopologyError, ValueError) as exc:  # a gang the engine refuses: nothing to plan
+            log.warning("gang %s: no preemption plan: %s", key, exc, extra={"gang": key})
+            return ""
         if plan is None:
             return ""
         self.carry_out(gang, priority, plan, now)

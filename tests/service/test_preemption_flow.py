@@ -3,6 +3,9 @@ for the preemptor, /preempt for gang members, and the ways it is switched off.""
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from scheduler.service.actions import MemoryActions
 from scheduler.service.preemption_flow import REEVICT_SECONDS
 from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_pod, make_service
@@ -236,3 +239,36 @@ def test_serve_has_the_preemption_switch_and_rejects_a_value_for_it():
     assert shown.returncode == 0 and "--no-preemption" in shown.stdout
     bad = subprocess.run([*run, "--preemption=sometimes"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(1, 4), st.sampled_from([0, 10, 20, 100])), min_size=1, max_size=8),
+       st.integers(1, 6), st.sampled_from([10, 20, 100]))
+def test_property_evictions_are_whole_lower_priority_gangs_and_the_preemptor_gets_the_room(gangs, size, priority):
+    nodes = [f"n-{r}-{i}" for r in range(2) for i in range(4)]
+    pods, layout, at = [], {}, 0
+    for g, (count, prio) in enumerate(gangs):
+        chosen = nodes[at:at + count]
+        if not chosen:
+            break
+        pods += running(f"g{g}", len(chosen), prio, chosen)
+        layout[f"g{g}"] = (prio, {f"g{g}-{i}" for i in range(len(chosen))})
+        at += len(chosen)
+    actions = MemoryActions()
+    service = make_service(make_nodes(), policy="meshfit", pods=pods, actions=actions, synchronous_actions=True)
+    urgent = [pending("urgent", i, size, priority) for i in range(size)]
+    for pod in urgent:
+        service.state.upsert_pod(pod)
+    service.filter(urgent[0])
+    gone_pods = set(evicted(actions))
+    for name, (prio, members) in layout.items():
+        assert not gone_pods & members or (members <= gone_pods and prio < priority), (name, gone_pods)
+    service.state.topology.check_invariants()
+    gone(service, sorted(gone_pods))
+    service.scheduler.tick()
+    if gone_pods:
+        entry = service.state.ledger.get("default/urgent")
+        assert entry is not None and not entry.missing_indices()
+    for node in service.state.topology.nodes:
+        assert node.gpus_used <= node.gpus_total
+    service.state.topology.check_invariants()

@@ -243,6 +243,11 @@ def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[
     async def gangs(_: Request) -> Response:
         return JSONResponse({"gangs": scheduler.gangs()})
 
+    async def spares(_: Request) -> Response:
+        from scheduler.service.failures import spares_json
+
+        return JSONResponse(spares_json(scheduler))
+
     async def rank_table(request: Request) -> Response:
         namespace, name = request.path_params["namespace"], request.path_params["name"]
         if not scheduler.rank_tables.wait_idle(0):  # a filter just queued a publish: read after it
@@ -255,6 +260,7 @@ def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[
 
     return routes + [Route("/healthz", healthz), Route("/readyz", readyz),
                      Route("/metrics", metrics_endpoint), Route("/reservations", reservations), Route("/gangs", gangs),
+                     Route("/spares", spares),
                      Route("/ranktables/{namespace}/{name}", rank_table, methods=["GET"])]
 
 

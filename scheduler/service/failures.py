@@ -127,3 +127,19 @@ def failure_options_from_flags(replace: bool, grace: float, conditions: list[str
         field = next((str(p) for p in error["loc"] if str(p) in FLAG_OF_FIELD), "")
         raise ValueError(f"{FLAG_OF_FIELD.get(field, field or 'failure options')}: "
                          f"{' '.join(str(error['msg']).split())}") from None
+
+
+def spares_json(scheduler) -> dict:
+    """`GET /spares`: the pool's spare nodes, each gang's spare slots, spare GPUs held and spares used so far."""
+    handling = getattr(scheduler, "failures", None)
+    if handling is None:
+        return {"enabled": False, "pool": [], "gangs": {}, "gpus_held": {POOL: 0, GANG: 0}, "used": {POOL: 0, GANG: 0}}
+    spares = handling.spares
+    with scheduler.state.lock:
+        gangs: dict[str, list[str]] = {}
+        for hold in spares.holds.values():
+            if hold.gang:
+                gangs.setdefault(hold.gang, []).append(hold.node)
+        return {"enabled": True, "fraction": spares.fraction, "pool": spares.pool_nodes(),
+                "gangs": {k: sorted(v) for k, v in sorted(gangs.items())}, "gpus_held": spares.gpus_held(),
+                "used": {POOL: spares.used[POOL], GANG: spares.used[GANG]}}

@@ -257,6 +257,8 @@ def test_pool_spares_are_never_taken_by_ordinary_gangs_and_are_used_first_for_re
     service, actions = service_with(spare_fraction=0.25)  # one spare per rack of four: n-0-3 and n-1-3
     service.scheduler.tick()
     assert sorted(service.scheduler.failures.spares.pool_nodes()) == ["n-0-3", "n-1-3"]
+    listing = service.client.get("/spares").json()
+    assert listing["pool"] == ["n-0-3", "n-1-3"] and listing["gpus_held"] == {"pool": 16, "gang": 0}
     assert metric(service, "meshfit_spare_gpus", 'kind="pool"') == 16.0
     placed = bind_gang(service, "g", 3)
     assert set(placed.values()) == {"n-0-0", "n-0-1", "n-0-2"}
@@ -277,10 +279,13 @@ def test_a_gangs_own_spares_are_held_near_it_and_used_first():
     [hold] = service.scheduler.failures.spares.of_gang("default/g")
     assert hold.node.startswith("n-0-") and hold.node not in placed.values()
     assert metric(service, "meshfit_spare_gpus", 'kind="gang"') == 8.0
+    row = next(r for r in service.client.get("/gangs").json()["gangs"] if r["gang"] == "default/g")
+    assert row["spares"] == [hold.node]
     fail_not_ready(service, placed[1])
     service.scheduler.tick()
     assert service.state.ledger.get("default/g").node_of(1) == hold.node
     assert metric(service, "meshfit_spares_used_total", 'kind="gang"') == 1.0
+    assert service.client.get("/spares").json()["used"] == {"pool": 0, "gang": 1}
     for i in range(2):
         service.state.delete_pod("default", f"g-{i}")  # the job ends: its spares go back
     service.scheduler.tick()
@@ -374,3 +379,8 @@ def test_a_pod_bound_on_a_spare_by_someone_else_ends_that_spare_and_the_pool_ref
     pool = service.scheduler.failures.spares.pool_nodes()
     assert "n-0-3" not in pool and "n-0-2" in pool  # the next wholly free node of the rack
     assert_never_double_booked(service)
+
+
+def test_spares_endpoint_without_failure_handling():
+    service = make_service()
+    assert service.client.get("/spares").json()["enabled"] is False

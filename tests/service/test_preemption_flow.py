@@ -272,3 +272,23 @@ def test_property_evictions_are_whole_lower_priority_gangs_and_the_preemptor_get
     for node in service.state.topology.nodes:
         assert node.gpus_used <= node.gpus_total
     service.state.topology.check_invariants()
+
+
+def test_real_preempt_body_for_a_gang_member_gets_no_node_and_meshfit_evicts_one_whole_holder():
+    import copy
+
+    from tests.service.helpers import fixture
+
+    body = fixture("preempt.nodecache-false.json")  # kube-scheduler 1.26's own body: 3 full nodes, one victim each
+    victims = [pod for node in body["NodeNameToVictims"].values() for pod in node["Pods"]]
+    actions = MemoryActions()
+    service = make_service(fixture("filter.nodecache-false.json")["Nodes"]["items"], policy="meshfit",
+                           pods=copy.deepcopy(victims), actions=actions, synchronous_actions=True)
+    pod = body["Pod"]  # priority 1000000, 8 GPUs: made a 2-pod gang's member
+    pod["metadata"]["labels"]["meshfit.io/gang"] = "vip"
+    pod["metadata"].setdefault("annotations", {}).update({"meshfit.io/pod-index": "0", "meshfit.io/gang-size": "2"})
+    response = service.client.post("/preempt", json=body)
+    assert response.status_code == 200 and response.json() == {"NodeNameToMetaVictims": {}}
+    assert len(evicted(actions)) == 2 and set(evicted(actions)) <= {v["metadata"]["name"] for v in victims}
+    [(_, message)] = events(actions, "GangPreempting")
+    assert "16 GPUs freed" in message

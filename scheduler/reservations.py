@@ -296,6 +296,8 @@ class ReservationLedger:
         if slot is None or slot.state == SLOT_RELEASED:
             return False
         others_bound = any(s.state in (SLOT_BOUND, SLOT_BINDING) for i, s in entry.slots.items() if i != index)
+        if entry.status == STATUS_BOUND:  # a whole gang lost a member: its completion deadline counts from now,
+            entry.bound_since = self.clock()  # not from its first bind hours ago
         if slot.state == SLOT_BOUND:
             slot.state = SLOT_RELEASED
             node = self.topo.node_by_name.get(slot.node)

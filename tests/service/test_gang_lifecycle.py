@@ -253,3 +253,17 @@ def test_a_gang_kube_scheduler_never_asked_about_is_queued_from_the_watch():
     service.scheduler.tick()
     assert gang_rows(service)["default/unasked"]["state"] == "reserved"
     assert {c.pod.name for c in actions.of("requeue")} >= {"unasked-0", "unasked-1"}  # brought to kube-scheduler
+
+
+def test_a_member_lost_hours_into_a_whole_gang_gets_the_full_completion_timeout():
+    service, actions = service_with(nodes=4, completion_timeout=60.0)
+    pods = bind_gang(service, "g", 2, gpus=2)
+    service.clock.advance(3600.0)  # the gang has run whole for an hour
+    service.scheduler.tick()
+    service.state.delete_pod("default", pods[1]["metadata"]["name"])  # a member dies; its controller recreates it
+    service.clock.advance(1.0)
+    service.scheduler.tick()
+    assert not actions.of("evict")  # not rolled back at once: the deadline counts from the loss
+    service.clock.advance(61.0)
+    service.scheduler.tick()
+    assert [c.pod.name for c in actions.of("evict")] == [pods[0]["metadata"]["name"]]  # still enforced

@@ -184,8 +184,7 @@ class ReservationLedger:
         self._next_expiry = math.inf
         """No entry with reserved slots expires before this (a lower bound, exact after each scan)."""
         self.normalize_given: Callable[[Reservation, GivenRendezvous], GivenRendezvous] | None = None
-        """Maps a bound member's stated rendezvous before `note_given` compares it (elastic gangs: members bound
-        at an earlier size state an older dp; see `scheduler.service.elastic`)."""
+        """Maps a member's stated rendezvous before `note_given` compares it (`scheduler.service.elastic`)."""
 
     # ----- assume / commit / discard ---------------------------------------------------------
     def reserve(self, placement: Placement, indices: list[int] | None = None) -> Reservation:
@@ -373,8 +372,11 @@ class ReservationLedger:
         return dropped
 
     def record_bound(self, gang: Gang, index: int, pod: str, node: str) -> Reservation:
-        """Create or extend an entry for a pod found already bound (start-up rebuild; holds nothing)."""
+        """Create or extend an entry for a pod found already bound (start-up rebuild; holds nothing).  A pod past
+        an existing entry's size (an elastic gang's dropped replica, still terminating) is not added to it."""
         entry = self.entries.get(gang.key)
+        if entry is not None and index >= len(entry.gang.pods):
+            return entry
         if entry is None:
             entry = Reservation(gang, {}, self.clock(), None)
             self.entries[gang.key] = entry

@@ -53,6 +53,9 @@ class ElasticGangs:
         """Pod uid -> when it was evicted for being beyond its gang's size."""
         self._grow_tried: dict[str, tuple] = {}
         """Gang key -> the capacity fingerprint of the last failed grow (no retry until it changes)."""
+        self._whole_at: dict[str, int] = {}
+        """Gang key -> the table generation last seen fully bound (republished once per generation, however the
+        last member's binding became known: its bind call, or only the watch after a bind call that failed)."""
         self.lifecycle.place_gang = self.place
         self.lifecycle.upkeep.append(self.upkeep)
         self.lifecycle.row_extras.append(self.row_extra)
@@ -120,19 +123,26 @@ class ElasticGangs:
                 continue
             if entry.elastic is None:
                 self._adopt(entry, elastic)
+            if entry.elastic is None:
+                continue  # not a whole number of replicas (cannot happen for a validated membership)
             if self._evict_beyond(entry, now):
                 continue  # dropped replicas still terminating: their GPUs are not free yet
             if entry.has_bound() and entry.missing_indices():
                 self._shrink_if_stuck(entry, elastic, now)
             elif entry.status == STATUS_BOUND:
+                if self._whole_at.get(key) != entry.elastic["generation"]:
+                    self._whole_at[key] = entry.elastic["generation"]
+                    self.lifecycle.republish.add(key)
                 self._grow(entry, elastic, now)
         for key, waiting in self.lifecycle.queue.entries.items():
             elastic = self.range_of(key)
             if elastic is not None and key not in self.state.ledger.entries:  # waits for its smallest size only
                 waiting.pods = min(waiting.pods, elastic.pods_at(elastic.min_dp))
-        gone = [uid for uid in self.evicted if uid not in self.state.pods]
-        for uid in gone:
+        for uid in [u for u in self.evicted if u not in self.state.pods]:
             del self.evicted[uid]
+        for table in (self._whole_at, self._grow_tried):
+            for key in [k for k in table if k not in self.state.ledger.entries]:
+                del table[key]
 
     def _adopt(self, entry: Reservation, elastic: ElasticRange) -> None:
         """Record the range on a new entry; one rebuilt from bound pods after a restart (declared size) is cut

@@ -169,6 +169,11 @@ def test_a_lost_member_with_no_room_shrinks_the_gang_by_the_top_replica():
     assert "resized from dp=8 to dp=7" in [c for c in actions.of("event") if c.reason == "GangResized"][0].detail
     assert 'meshfit_elastic_resizes_total{direction="shrink"} 1.0' in service.client.get("/metrics").text
     node_of_7 = service.state.pod("default", "e-7").node
+    evicted = elastic_pod(7, node=node_of_7, phase="Running")
+    evicted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    service.state.upsert_pod(evicted)  # the watch reports the evicted pod terminating: it must not rejoin the gang
+    service.scheduler.tick()
+    assert len(service.state.ledger.get("default/e").gang.pods) == 7  # it waits for the pod to go, no more shrinking
     service.state.delete_pod("default", "e-7")  # the eviction lands
     service.binder.unbind("default", "e-7")
     service.binder.unbind("default", "e-2")
@@ -243,3 +248,22 @@ def test_a_malformed_range_is_a_one_line_error_and_the_service_keeps_serving():
     worse = elastic_pod(0, name="worse", dp_range="dp=2..16")  # more than the 8 pods it declares
     assert "declares dp=8" in service.filter(worse)["Error"]
     full_gang(service, pods)
+
+
+def test_a_gang_completed_only_through_the_watch_still_gets_its_full_table():
+    service, actions, _, pods = setup()
+    schedule(service, pods[:3])
+    [node] = filter_nodes(service.filter(pods[3]))
+    service.scheduler.tick()  # the reservation's table goes out (pod 3 not bound yet)
+    service.scheduler.rank_tables.wait_idle(5)
+    assert table(service)["pods"][3]["node"] is None
+
+    def failing_bind(*args):  # the Binding landed but the reply was lost: meshfit's bind call reports a failure
+        raise RuntimeError("timed out")
+
+    service.scheduler.binder.bind = failing_bind
+    assert "timed out" in service.bind(pods[3], node)["Error"]
+    service.state.upsert_pod(elastic_pod(3, node=node, phase="Running"))  # the watch shows it bound after all
+    service.scheduler.tick()
+    service.scheduler.rank_tables.wait_idle(5)
+    assert [p["node"] for p in table(service)["pods"]][3] == node

@@ -139,6 +139,18 @@ def elastic_range(text: str | None, policy: Mapping[str, Any] | None, par: Paral
     return ElasticRange(ranges[0][0], ranges[0][1], per)
 
 
+def restated_parallelism(text: str, max_dp: int | None, size: int, gpus: int) -> str:
+    """A bound elastic member's `meshfit.io/parallelism` (meshfit's bind wrote the dp it was bound at) with dp put
+    back to the gang's maximum: `max_dp` when the range says it, else what `size` pods of `gpus` GPUs hold."""
+    par = Parallelism.parse(text)
+    inner = par.world_size // par.dp
+    if max_dp is None:
+        if gpus < 1 or (size * gpus) % inner:
+            return text
+        max_dp = size * gpus // inner
+    return str(replace(par, dp=max_dp))
+
+
 def resized_gang(gang: Gang, elastic: ElasticRange, dp: int) -> Gang:
     """The gang at data-parallel degree `dp`: its first `dp * pods_per_replica` pods (names kept)."""
     if not elastic.min_dp <= dp <= elastic.max_dp:

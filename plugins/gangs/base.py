@@ -25,8 +25,8 @@ from scheduler.gang_types import (  # the core's types and readers, re-exported 
     LABEL_GANG, GangMembership, GangSource, Lookup, NotAGangMember, annotations, api_group, labels, metadata,
     namespace_of, parse_count, pod_gpus, pod_label, qualified_kind, split_kind,
 )
-from scheduler.elastic import ANNOTATION_ELASTIC, elastic_range
-from scheduler.handoff import ANNOTATION_POD_INDEX
+from scheduler.elastic import ANNOTATION_ELASTIC, elastic_range, parse_elastic, restated_parallelism
+from scheduler.handoff import ANNOTATION_POD_INDEX, ANNOTATION_RANKS
 from scheduler.manifest_kinds import READERS
 from scheduler.manifests import KNOWN_KEYS, merged_annotations
 
@@ -124,7 +124,11 @@ def job_settings(pod: dict, owner: Mapping[str, Any] | None) -> tuple[dict[str, 
     """meshfit/Kueue annotation values for the pod: its own first, the owner's for keys it lacks."""
     own = {key: str(annotations(pod)[key]).strip() for key in KNOWN_KEYS if annotations(pod).get(key) not in (None, "")}
     inherited, required, preferred = owner_settings(owner)
-    return {**inherited, **own}, required, preferred
+    settings = {**inherited, **own}
+    if ANNOTATION_RANKS in annotations(pod) and settings.get(ANNOTATION_ELASTIC) and settings.get(ANNOTATION_PARALLELISM):
+        high = parse_elastic(settings[ANNOTATION_ELASTIC], pod_label(pod))[1]  # bound at some dp: declare the max
+        settings[ANNOTATION_PARALLELISM] = restated_parallelism(settings[ANNOTATION_PARALLELISM], high, 0, 0)
+    return settings, required, preferred
 
 
 def constraint_from(settings: Mapping[str, str], where: str, required: str | None = None,
@@ -211,9 +215,12 @@ def resolve_membership(pod: dict, lookup: Lookup, *, source: str, gang_name: str
         raise JobSpecError(f"{where}: pod index {index} is outside gang {namespace_of(pod)}/{gang_name} of {size} pods")
     model_text = settings.get(ANNOTATION_MODEL)
     order = settings.get(ANNOTATION_RANK_ORDER)
-    parallelism = _parallelism(settings.get(ANNOTATION_PARALLELISM), size, gpus, where)
+    text, policy = settings.get(ANNOTATION_PARALLELISM), elastic_policy(owner)
+    if text and policy is not None and ANNOTATION_RANKS in annotations(pod):  # bound at some dp: declare the max
+        text = restated_parallelism(text, None, size, gpus)
+    parallelism = _parallelism(text, size, gpus, where)
     constraint = constraint_from(settings, where, required, preferred)
-    elastic = elastic_range(settings.get(ANNOTATION_ELASTIC), elastic_policy(owner),
+    elastic = elastic_range(settings.get(ANNOTATION_ELASTIC), policy,
                             parallelism or Parallelism(tp=max(gpus, 1), dp=size), size, gpus, order, where,
                             constraint.has_slices)
     return GangMembership(

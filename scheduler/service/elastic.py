@@ -30,7 +30,7 @@ from scheduler.jobs import JobSpecError, Parallelism
 from scheduler.membership import gang_from_membership
 from scheduler.placement import PLACED, Placement
 from scheduler.reservations import (
-    SLOT_BINDING, SLOT_RELEASED, SLOT_RESERVED, STATUS_BOUND, GivenRendezvous, Reservation, reservation_key,
+    SLOT_BINDING, SLOT_BOUND, SLOT_RESERVED, STATUS_BOUND, GivenRendezvous, Reservation, reservation_key,
 )
 from scheduler.reserve_ops import reserve_remaining
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING
@@ -56,6 +56,8 @@ class ElasticGangs:
         self._whole_at: dict[str, int] = {}
         """Gang key -> the table generation last seen fully bound (republished once per generation, however the
         last member's binding became known: its bind call, or only the watch after a bind call that failed)."""
+        self._placed: dict[str, Placement] = {}
+        """Gang key -> the sized placement `place` last returned (its entry is fresh, not rebuilt after a restart)."""
         self.lifecycle.place_gang = self.place
         self.lifecycle.upkeep.append(self.upkeep)
         self.lifecycle.row_extras.append(self.row_extra)
@@ -77,6 +79,8 @@ class ElasticGangs:
     def beyond_size(self, member: Any, entry: Reservation | None) -> str:
         """Why a member must wait because it is outside its elastic gang's active size ("" when it is not)."""
         elastic = getattr(member, "elastic", None)
+        if entry is not None and elastic is not None and entry.elastic is None:
+            self._adopt(entry, elastic)  # before a pod can bind past the size of a gang rebuilt after a restart
         if entry is None or elastic is None or member.index < len(entry.gang.pods):
             return ""
         return (f"elastic gang {member.gang_key} runs at {elastic.describe(self.active_dp(entry, elastic))}; "
@@ -112,7 +116,10 @@ class ElasticGangs:
         elastic = self.range_of(gang.key)
         if elastic is None or len(gang.pods) != elastic.pods_at(elastic.max_dp):
             return engine_place(gang, topo, policy)
-        return place_largest(gang, elastic, topo.gpus_free, lambda sized: engine_place(sized, topo, policy))
+        placement = place_largest(gang, elastic, topo.gpus_free, lambda sized: engine_place(sized, topo, policy))
+        if placement.placed:
+            self._placed[gang.key] = placement
+        return placement
 
     # ----- periodic --------------------------------------------------------------------------------
     def upkeep(self, now: float) -> None:
@@ -140,19 +147,20 @@ class ElasticGangs:
                 waiting.pods = min(waiting.pods, elastic.pods_at(elastic.min_dp))
         for uid in [u for u in self.evicted if u not in self.state.pods]:
             del self.evicted[uid]
-        for table in (self._whole_at, self._grow_tried):
+        for table in (self._whole_at, self._grow_tried, self._placed):
             for key in [k for k in table if k not in self.state.ledger.entries]:
                 del table[key]
 
     def _adopt(self, entry: Reservation, elastic: ElasticRange) -> None:
-        """Record the range on a new entry; one rebuilt from bound pods after a restart (declared size) is cut
-        to the smallest whole-replica size holding every held slot."""
+        """Record the range on an entry; one not placed by `place` (rebuilt from bound pods after a restart, at
+        the declared size) is cut to the smallest whole-replica size, >= min, holding every bound member."""
         if len(entry.gang.pods) % elastic.pods_per_replica:
             return
-        held = [i for i, slot in entry.slots.items() if slot.state != SLOT_RELEASED]
+        fresh = entry.placement is not None and self._placed.pop(entry.gang_key, None) is entry.placement
+        bound = [i for i, slot in entry.slots.items() if slot.state in (SLOT_BOUND, SLOT_BINDING)]
         dp = self.active_dp(entry, elastic)
-        if entry.placement is None and held:  # rebuilt after a restart
-            need = -(-(max(held) + 1) // elastic.pods_per_replica)
+        if not fresh and bound:
+            need = -(-(max(bound) + 1) // elastic.pods_per_replica)
             dp = min(max(need, elastic.min_dp), dp)
         entry.elastic = {"min_dp": elastic.min_dp, "max_dp": elastic.max_dp, "dp": dp, "generation": 1}
         if dp != self.active_dp(entry, elastic):

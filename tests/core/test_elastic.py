@@ -133,3 +133,21 @@ def test_the_largest_size_that_fits_is_placed_first():
     never = place_largest(full, elastic, free_gpus=64,
                           place=lambda g: Placement(g, UNSCHEDULABLE, "x", "tp-cp-ep-dp-pp", "no room"))
     assert not never.placed and len(never.gang.pods) == 2
+
+
+def test_a_member_bound_at_a_smaller_size_still_declares_the_maximum():
+    bound_at_4 = {"meshfit.io/pod-index": "2", "meshfit.io/parallelism": "tp=8,cp=1,ep=1,pp=1,dp=4",
+                  "meshfit.io/elastic": "dp=2..8", "meshfit.io/ranks": "16,17,18,19,20,21,22,23"}
+    pod = make_pod("e-2", labels={"meshfit.io/gang": "e"}, annotations={**bound_at_4, "meshfit.io/gang-size": "8"})
+    member = identify(pod, ObjectStore())  # meshfit's bind wrote parallelism dp=4 over the pod's dp=8
+    assert (member.size, member.parallelism.dp, member.elastic) == (8, 8, ElasticRange(2, 8, 1))
+    no_size = make_pod("e-2", labels={"meshfit.io/gang": "e"}, annotations=bound_at_4)
+    assert identify(no_size, ObjectStore()).size == 8  # the size read from the parallelism is the maximum too
+    worker = _worker(2, {"meshfit.io/parallelism": "tp=8,dp=4", "meshfit.io/ranks": "16,17,18,19,20,21,22,23"})
+    member = identify(worker, ObjectStore(_pytorchjob({"minReplicas": 2, "maxReplicas": 8})))
+    assert (member.size, member.parallelism.dp, member.elastic) == (8, 8, ElasticRange(2, 8, 1))
+    fresh = make_pod("e-2", labels={"meshfit.io/gang": "e"}, annotations={  # not bound: no restating, a mistake
+        "meshfit.io/pod-index": "2", "meshfit.io/parallelism": "tp=8,dp=4", "meshfit.io/elastic": "dp=2..8",
+        "meshfit.io/gang-size": "8"})
+    with pytest.raises(JobSpecError):
+        identify(fresh, ObjectStore())

@@ -81,10 +81,12 @@ def wait_elastic_settled(kube, stack, name: str, low: int, high: int, dp: int, o
         if time.monotonic() > deadline:
             table = rank_table(kube, name) or {}
             bound = sorted((p.metadata.name, p.spec.node_name) for p in pods if p.spec.node_name)
+            with urllib.request.urlopen(f"{stack.meshfit.url}/reservations", timeout=5) as response:
+                held = [e for e in json.loads(response.read()) if e["gang"].endswith(f"/{name}")]
             raise AssertionError(f"{name} not whole at dp={dp} after {timeout:.0f}s (now {current}; others "
                                  f"{counts}; bound {bound}; rank table pods {table.get('pods')} "
-                                 f"elastic {table.get('elastic')})\n{pending_reasons(kube.core, kube.namespace)}\n"
-                                 f"{stack.tail_logs(40)}")
+                                 f"elastic {table.get('elastic')}; meshfit holds {held})\n"
+                                 f"{pending_reasons(kube.core, kube.namespace)}\n{stack.tail_logs(40)}")
         time.sleep(0.5)
 
 

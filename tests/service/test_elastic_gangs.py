@@ -267,3 +267,31 @@ def test_a_gang_completed_only_through_the_watch_still_gets_its_full_table():
     service.scheduler.tick()
     service.scheduler.rank_tables.wait_idle(5)
     assert [p["node"] for p in table(service)["pods"]][3] == node
+
+
+def test_after_a_restart_the_gang_keeps_its_size_and_the_waiting_pods_do_not_bind():
+    service, actions, blockers, pods = setup()
+    schedule(service, pods)
+    service.scheduler.tick()
+    given = {b.name: (b.node, b.annotations) for b in service.binder.snapshot()}
+    restored = []
+    for pod in pods:  # what the API server holds: 4 bound (with their bind annotations), 4 pending, nominated
+        name = pod["metadata"]["name"]
+        if name in given:
+            node, annotations = given[name]
+            pod = elastic_pod(int(name.rsplit("-", 1)[1]), node=node, phase="Running")
+            pod["metadata"]["annotations"].update(annotations)
+        else:
+            pod["status"]["nominatedNodeName"] = "n-0-0"
+        restored.append(pod)
+    blockers[0]["metadata"]["name"] = "gone"  # one blocker finished while meshfit was down: room for one more pod
+    again = make_service(make_nodes(racks=1, nodes_per_rack=8), pods=[*blockers[1:], *restored], rebuild=True,
+                         actions=MemoryActions(), synchronous_actions=True)
+    again.scheduler.tick()
+    entry = again.state.ledger.get("default/e")
+    assert entry.given_conflict == "" and entry.elastic["dp"] in (4, 5)  # 5 only by growing into the freed node
+    assert all(i < len(entry.gang.pods) for i in entry.slots)
+    waiting = [p for p in restored if int(p["metadata"]["name"].rsplit("-", 1)[1]) >= len(entry.gang.pods)]
+    for pod in waiting:
+        reply = again.filter(pod)
+        assert filter_nodes(reply) == [] and "waits for room to grow" in next(iter(reply["FailedNodes"].values()))

@@ -53,6 +53,10 @@ class ElasticGangs:
         """Pod uid -> when it was evicted for being beyond its gang's size."""
         self._grow_tried: dict[str, tuple] = {}
         """Gang key -> the capacity fingerprint of the last failed grow (no retry until it changes)."""
+        self._grown_at: dict[str, tuple[float, int]] = {}
+        """Gang key -> (when, dp before) of a grow whose new members are not all bound yet."""
+        self._no_grow_until: dict[str, float] = {}
+        """Gang key -> no grow before this time (after a grow whose members did not bind)."""
         self._whole_at: dict[str, int] = {}
         """Gang key -> the table generation last seen fully bound (republished once per generation, however the
         last member's binding became known: its bind call, or only the watch after a bind call that failed)."""
@@ -134,6 +138,8 @@ class ElasticGangs:
                 continue  # not a whole number of replicas (cannot happen for a validated membership)
             if self._evict_beyond(entry, now):
                 continue  # dropped replicas still terminating: their GPUs are not free yet
+            if self._grow_stalled(entry, elastic, now):
+                continue
             if entry.has_bound() and entry.missing_indices():
                 self._shrink_if_stuck(entry, elastic, now)
             elif entry.status == STATUS_BOUND:
@@ -147,7 +153,7 @@ class ElasticGangs:
                 waiting.pods = min(waiting.pods, elastic.pods_at(elastic.min_dp))
         for uid in [u for u in self.evicted if u not in self.state.pods]:
             del self.evicted[uid]
-        for table in (self._whole_at, self._grow_tried, self._placed):
+        for table in (self._whole_at, self._grow_tried, self._placed, self._grown_at, self._no_grow_until):
             for key in [k for k in table if k not in self.state.ledger.entries]:
                 del table[key]
 
@@ -207,7 +213,7 @@ class ElasticGangs:
     def _grow(self, entry: Reservation, elastic: ElasticRange, now: float) -> None:
         key, topo = entry.gang_key, self.state.topology
         dp = self.active_dp(entry, elastic)
-        if dp >= elastic.max_dp:
+        if dp >= elastic.max_dp or now < self._no_grow_until.get(key, now):
             return
         members = self.lifecycle.members(key)
         priority = max((r.priority for r in members), default=0)
@@ -231,11 +237,36 @@ class ElasticGangs:
             if placement is not None:
                 entry.placement = placement
                 self._grow_tried.pop(key, None)
+                self._grown_at[key] = (now, dp)
                 self._resize(entry, elastic, target, "grow", now, "room freed", old_dp=dp)
                 self.lifecycle.reserved(entry, None, f"grown to dp={target}")
                 return
             entry.gang, entry.given, entry.placement = old
         self._grow_tried[key] = fingerprint
+
+    def _grow_stalled(self, entry: Reservation, elastic: ElasticRange, now: float) -> bool:
+        """Members added by a grow not all bound after half the completion timeout: give their room back (keep the
+        largest fully bound prefix, >= the size before the grow) instead of letting the timeout roll the running
+        gang back.  True when it shrank."""
+        grown = self._grown_at.get(entry.gang_key)
+        if grown is None or entry.status == STATUS_BOUND:
+            self._grown_at.pop(entry.gang_key, None)
+            return False
+        at, before = grown
+        if now - at < self.lifecycle.completion_timeout / 2 or any(
+                slot.state == SLOT_BINDING for slot in entry.slots.values()):
+            return False
+        bound = {i for i, slot in entry.slots.items() if slot.state == SLOT_BOUND}
+        if not all(i in bound for i in range(elastic.pods_at(before))):
+            return False  # a member of the old size is missing too: the shrink rule decides
+        dp = self.active_dp(entry, elastic)
+        target = max(d for d in range(before, dp) if all(i in bound for i in range(elastic.pods_at(d))))
+        del self._grown_at[entry.gang_key]
+        self._no_grow_until[entry.gang_key] = now + self.lifecycle.completion_timeout  # no grow/give-back loop
+        self._resize(entry, elastic, target, "shrink", now,
+                     f"the members added by growing from dp={before} did not all bind within "
+                     f"{self.lifecycle.completion_timeout / 2:.0f} s; their room is given back")
+        return True
 
     # ----- resizing ---------------------------------------------------------------------------------
     def _set_size(self, entry: Reservation, elastic: ElasticRange, dp: int) -> None:

@@ -295,3 +295,25 @@ def test_after_a_restart_the_gang_keeps_its_size_and_the_waiting_pods_do_not_bin
     for pod in waiting:
         reply = again.filter(pod)
         assert filter_nodes(reply) == [] and "waits for room to grow" in next(iter(reply["FailedNodes"].values()))
+
+
+def test_a_grow_whose_new_members_never_bind_gives_the_room_back_without_touching_the_running_gang():
+    service, actions, blockers, pods = setup()
+    schedule(service, pods)
+    service.scheduler.tick()
+    for pod in blockers:
+        service.state.delete_pod("default", pod["metadata"]["name"])
+    service.scheduler.tick()
+    assert service.state.ledger.get("default/e").elastic["dp"] == 8
+    schedule(service, pods[4:5])  # only pod 4 binds; 5..7 never come (say, kube-scheduler's own filters refuse them)
+    service.clock.advance(service.scheduler.lifecycle.completion_timeout / 2 + 1)
+    service.scheduler.tick()
+    entry = service.state.ledger.get("default/e")
+    assert entry.elastic["dp"] == 5 and entry.status == "bound" and not actions.of("evict")
+    assert service.state.topology.gpus_free == 3 * 8  # the three held slots are free again
+    service.clock.advance(1.0)
+    service.scheduler.tick()  # no immediate grow again: it would only stall the same way
+    assert row(service)["state"] == "bound" and entry.elastic["dp"] == 5
+    service.clock.advance(service.scheduler.lifecycle.completion_timeout)
+    service.scheduler.tick()  # later it tries again; the running members are never evicted for it
+    assert not actions.of("evict") and entry.elastic["dp"] == 8

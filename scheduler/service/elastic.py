@@ -81,12 +81,15 @@ class ElasticGangs:
         return len(entry.gang.pods) // elastic.pods_per_replica
 
     def beyond_size(self, member: Any, entry: Reservation | None) -> str:
-        """Why a member must wait because it is outside its elastic gang's active size ("" when it is not)."""
+        """Why a member must wait because it is outside its gang's reserved size ("" when it is not)."""
         elastic = getattr(member, "elastic", None)
         if entry is not None and elastic is not None and entry.elastic is None:
             self._adopt(entry, elastic)  # before a pod can bind past the size of a gang rebuilt after a restart
-        if entry is None or elastic is None or member.index < len(entry.gang.pods):
+        if entry is None or member.index < len(entry.gang.pods):
             return ""
+        if elastic is None:  # a fixed-size gang's pod past its reservation: its pods disagree on the size
+            return (f"pod index {member.index} is outside gang {member.gang_key} as reserved "
+                    f"({len(entry.gang.pods)} pods); its pods disagree on the gang size")
         return (f"elastic gang {member.gang_key} runs at {elastic.describe(self.active_dp(entry, elastic))}; "
                 f"this pod (index {member.index}) waits for room to grow")
 

@@ -317,3 +317,12 @@ def test_a_grow_whose_new_members_never_bind_gives_the_room_back_without_touchin
     service.clock.advance(service.scheduler.lifecycle.completion_timeout)
     service.scheduler.tick()  # later it tries again; the running members are never evicted for it
     assert not actions.of("evict") and entry.elastic["dp"] == 8
+
+
+def test_a_fixed_gang_pod_past_the_reserved_size_is_refused_not_a_server_error():
+    service, actions, _, _ = setup(blocked=0, size=2)
+    bound = gang_pod("f", 0, 3, node="n-0-0", phase="Running")  # found bound: the entry is rebuilt, 3 pods
+    service.state.upsert_pod(bound)
+    stray = gang_pod("f", 3, 4)  # claims 4 pods: index 3 does not exist in the reserved gang
+    reply = service.filter(stray)
+    assert filter_nodes(reply) == [] and "disagree" in (reply.get("Error") or next(iter(reply["FailedNodes"].values())))

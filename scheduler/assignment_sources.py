@@ -18,6 +18,7 @@ Every source yields a validated `PodAssignment`; any disagreement is an `Assignm
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping
 
 from scheduler.handoff import BIND_ONLY_ANNOTATIONS, AssignmentError, PodAssignment, parse_assignment
@@ -125,7 +126,11 @@ def resolve_assignment(annotations: Mapping[str, str] | None, table: RankTable |
                        env: Mapping[str, str], annotations_problem: str = "") -> tuple[PodAssignment, str]:
     """(assignment, source name) by the precedence annotations > rank table > environment."""
     if annotations is not None and has_bound_assignment(annotations):
-        return parse_assignment(annotations), "annotations"
+        assignment = parse_assignment(annotations)
+        if table is not None and table.elastic is not None and table.gang == assignment.gang:
+            table.check_matches(assignment)  # an elastic gang resized since the bind: the table states its size
+            assignment = replace(assignment, world_size=table.world_size, parallelism=table.parallelism)
+        return assignment, "annotations"
     if table is not None:
         found = assignment_from_rank_table(table, env)
         if found is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import msgspec
@@ -95,6 +95,9 @@ class RankTable:
     master_port: int
     pod_nodes: tuple[str | None, ...]
     rows: tuple[dict[str, Any], ...]
+    elastic: Mapping[str, int] | None = None
+    """An elastic gang's `{"min_dp", "max_dp", "dp", "generation"}`: the table, not a member's bind-time
+    annotations, states the current world size and dp (docs/elastic.md)."""
 
     @property
     def complete(self) -> bool:
@@ -107,11 +110,16 @@ class RankTable:
                 assignment.master_port, assignment.parallelism)
         theirs = (self.gang, self.world_size, self.rank_order, self.master_addr, self.master_port,
                   self.parallelism)
+        if self.elastic is not None:  # resized since the pod was bound: only its size may differ
+            mine = (*mine[:1], self.world_size, *mine[2:5], replace(assignment.parallelism, dp=self.parallelism.dp))
+            if assignment.pod_index >= len(self.pod_nodes):
+                raise AssignmentError(f"pod index {assignment.pod_index} is outside elastic gang {self.gang}'s "
+                                      f"current {len(self.pod_nodes)} pods")
         names = ("gang", "world size", "rank order", "master address", "master port", "parallelism")
         for name, a, b in zip(names, mine, theirs):
             if a != b:
                 raise AssignmentError(f"rank table and pod annotations disagree on {name}: {b} vs {a}")
-        if len(self.pod_nodes) != assignment.pod_count:
+        if self.elastic is None and len(self.pod_nodes) != assignment.pod_count:
             raise AssignmentError(f"rank table has {len(self.pod_nodes)} pods, the annotations imply "
                                   f"{assignment.pod_count}")
 
@@ -139,6 +147,19 @@ def _check_rows(table: RankTable) -> None:
             raise AssignmentError(f"rank table: row {rank} is {got}, expected {expected}")
 
 
+def _elastic_section(doc: Mapping[str, Any]) -> dict[str, int] | None:
+    section = doc.get("elastic")
+    if section is None:
+        return None
+    keys = ("min_dp", "max_dp", "dp", "generation")
+    if not isinstance(section, dict) or not all(isinstance(section.get(k), int) and not isinstance(section.get(k), bool)
+                                                for k in keys):
+        raise AssignmentError(f"rank table: 'elastic' must hold integers {', '.join(keys)}")
+    if not 1 <= section["min_dp"] <= section["dp"] <= section["max_dp"]:
+        raise AssignmentError(f"rank table: elastic dp {section['dp']} outside {section['min_dp']}..{section['max_dp']}")
+    return {k: section[k] for k in keys}
+
+
 def parse_rank_table(text: str) -> RankTable:
     """Parse and validate a `ranks.json` document; AssignmentError names the first problem."""
     try:
@@ -161,7 +182,7 @@ def parse_rank_table(text: str) -> RankTable:
         rank_order=doc["rank_order"], parallelism=parallelism,
         master_addr=_require(doc, "master_addr", str), master_port=_require(doc, "master_port", int),
         pod_nodes=tuple(p.get("node") or None for p in pods),
-        rows=tuple(_require(doc, "ranks", list)))
+        rows=tuple(_require(doc, "ranks", list)), elastic=_elastic_section(doc))
     if parallelism.world_size != table.world_size:
         raise AssignmentError(f"rank table: world size {table.world_size} != {parallelism} product")
     _check_rows(table)

@@ -151,3 +151,33 @@ def test_a_member_bound_at_a_smaller_size_still_declares_the_maximum():
         "meshfit.io/gang-size": "8"})
     with pytest.raises(JobSpecError):
         identify(fresh, ObjectStore())
+
+
+def _table_and_annotations(bound_dp: int, table_dp: int, elastic: bool):
+    from scheduler.engine import build_ranks
+    from scheduler.handoff import annotations_for_pod
+    from scheduler.rank_table import parse_rank_table, rank_table_configmap
+
+    def placed(dp: int) -> Placement:
+        gang = resized_gang(_gang(8, Parallelism(tp=8, dp=8)), ElasticRange(2, 8, 1), dp)
+        nodes = [f"n{i}" for i in range(dp)]
+        return Placement(gang, PLACED, "x", "tp-cp-ep-dp-pp", None, nodes, build_ranks(gang, nodes, "tp-cp-ep-dp-pp"))
+
+    section = {"min_dp": 2, "max_dp": 8, "dp": table_dp, "generation": 3} if elastic else None
+    configmap = rank_table_configmap(placed(table_dp), "n0", elastic=section)
+    return parse_rank_table(configmap["data"]["ranks.json"]), annotations_for_pod(placed(bound_dp), 2, "n0")
+
+
+def test_the_launcher_takes_an_elastic_gang_s_size_from_the_rank_table():
+    from scheduler.assignment_sources import resolve_assignment
+    from scheduler.handoff import AssignmentError, parse_assignment
+
+    table, annotations = _table_and_annotations(bound_dp=8, table_dp=6, elastic=True)  # bound at 8, shrunk to 6
+    assert table.elastic == {"min_dp": 2, "max_dp": 8, "dp": 6, "generation": 3}
+    assignment, source = resolve_assignment(annotations, table, {})
+    assert source == "annotations" and assignment.world_size == 48 and assignment.parallelism.dp == 6
+    assert assignment.ranks == parse_assignment(annotations).ranks  # its ranks are the same at every size
+    table.check_matches(assignment)
+    fixed, annotations = _table_and_annotations(bound_dp=8, table_dp=6, elastic=False)  # not elastic: a mismatch
+    with pytest.raises(AssignmentError, match="world size"):
+        fixed.check_matches(parse_assignment(annotations))

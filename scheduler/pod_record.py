@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.membership import membership_signature
-from scheduler.reservations import GivenRendezvous
+from scheduler.rendezvous_given import GivenRendezvous
 
 
 @dataclass

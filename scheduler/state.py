@@ -23,7 +23,8 @@ from scheduler.jobs import JobSpecError
 from scheduler.membership import gang_from_membership, identify
 from scheduler.node_health import NodeFailures, mark_failed_unschedulable
 from scheduler.pod_record import PodRecord, int_or_zero
-from scheduler.reservations import DEFAULT_TTL_SECONDS, ReservationLedger, given_from_annotations
+from scheduler.rendezvous_given import given_from_annotations
+from scheduler.reservations import DEFAULT_TTL_SECONDS, ReservationLedger
 from scheduler.spares import parse_gang_spares
 from scheduler.state_objects import GangObjectsMixin
 from topology.builder import HOST_LABEL, HOST_LEVEL

@@ -38,6 +38,7 @@ from scheduler.pod_record import PodRecord
 from scheduler.preemption import Holder, PreemptionPlan, plan_preemption
 from scheduler.reservations import SLOT_BINDING, SLOT_BOUND, SLOT_RESERVED, reservation_key
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, PodRef
+from scheduler.state import pod_holding_key
 from topology.k8s import FINISHED_PHASES
 from topology.model import TopologyError
 
@@ -57,11 +58,6 @@ WAITING_PLANNED = 8
 """Waiting gangs (queue order) planned for per tick when the queue pass skips them for lack of free GPUs."""
 RETRY_SECONDS = 5.0
 """A waiting gang is planned for at most this often from the tick."""
-
-
-def pod_holding_key(namespace: str, name: str) -> str:
-    """Topology holding key of a bound pod (as `scheduler.state` writes it)."""
-    return f"pod:{namespace}/{name}"
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scheduler.jobs import Gang
+from scheduler.placement.jobs import Gang
 from simulations.workload import SimJob
 
 PENDING, QUEUED, RUNNING, DONE, REJECTED = "pending", "queued", "running", "done", "not-completed"

@@ -17,7 +17,7 @@ lost pods get replacement nodes: `replace-one` one failed node at a time, each a
 `replace_minutes` once a node is free (no spares); `meshfit` every lost pod in one batch, spares
 first within the same locality, nearest domain (longest common topology path) first.  A batch
 starts only when a node with room is free; a job waits (holding its nodes) until then.  The resumed
-run is priced by the cost model (`scheduler.cost.estimate_cost`) on its new layout.
+run is priced by the cost model (`scheduler.placement.result.cost.estimate_cost`) on its new layout.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from scheduler import engine, spares
-from scheduler.cost import estimate_cost
+from scheduler.placement import engine
+from scheduler.gangs import spares
+from scheduler.placement.cost import estimate_cost
 from simulations.config import Recovery
 from simulations.jobstate import RECOVERING, RunJob
 
@@ -37,12 +38,12 @@ SPARE_REASON = "spare"
 
 
 def leaf_of(sim: Simulator, node: int) -> int:
-    """The leaf domain of `node` (`scheduler.spares.leaf_of`, the service's rule)."""
+    """The leaf domain of `node` (`scheduler.gangs.spares.leaf_of`, the service's rule)."""
     return spares.leaf_of(sim.topo, node)
 
 
 def pick_spares(sim: Simulator, share: float) -> tuple[set[int], dict[int, int]]:
-    """(spare node indices, target spares per leaf): `scheduler.spares.pick_spares` (the service's rule)."""
+    """(spare node indices, target spares per leaf): `scheduler.gangs.spares.pick_spares` (the service's rule)."""
     return spares.pick_spares(sim.topo, share)
 
 
@@ -128,7 +129,7 @@ class RecoveryState:
         sim.jobs_on_node[node].discard(rj.order[2])
 
     def _candidates(self, rj: RunJob, lost_near: int) -> list[int]:
-        """Nodes with room for one pod in `scheduler.spares.replacement_order` (the service's order): nearest to
+        """Nodes with room for one pod in `scheduler.gangs.spares.replacement_order` (the service's order): nearest to
         `lost_near` first, spares first among equals."""
         topo, need = self.sim.topo, rj.pod_gpus
         use_spares = self.model.recovery == Recovery.meshfit

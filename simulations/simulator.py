@@ -2,7 +2,7 @@
 
 Events are job arrivals (read in submit order), run completions, node failures and repairs.  After
 all events of one timestamp, a scheduling pass walks the queue (FIFO or priority order) and asks
-`scheduler.engine.place` for whole gangs; a placed gang is applied with `engine.apply` and released
+`scheduler.placement.result.engine.place` for whole gangs; a placed gang is applied with `engine.apply` and released
 with `engine.release`, exactly as the service does.  Backfill follows `config.Backfill`.
 
 Cheap skips keep 100,000-job traces fast without changing any decision a full retry would make
@@ -22,8 +22,8 @@ import math
 import time
 from collections.abc import Callable
 
-from scheduler import engine
-from scheduler.placement import Placement
+from scheduler.placement import engine
+from scheduler.placement.result import Placement
 from simulations.cluster import (
     all_schedulable,
     free_pod_slots,
@@ -34,7 +34,7 @@ from simulations.config import Backfill, QueueOrder, SimConfig
 from simulations.jobstate import DONE, QUEUED, REJECTED, RUNNING, RunJob
 from simulations.metrics import RunResult, details, failure_metrics, job_row, summarize
 from simulations.recovery import RecoveryState
-from scheduler.backfill import Reservation, reserve
+from scheduler.gangs.backfill import Reservation, reserve
 from simulations.sampling import Sampler
 from simulations.workload import Workload, kueue_slice_rule, make_gang
 from topology.model import ClusterTopology

@@ -22,7 +22,7 @@ import csv
 from functools import lru_cache
 from pathlib import Path
 
-from scheduler.jobs import JobSpecError, ModelShape, Parallelism
+from scheduler.placement.jobs import JobSpecError, ModelShape, Parallelism
 from simulations.workload import SimJob, Workload
 
 DATA_DIR = Path(__file__).parent / "data"

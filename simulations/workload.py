@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from scheduler.jobs import (
+from scheduler.placement.jobs import (
     AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, Gang, ModelShape, Parallelism, PodSlot, parse_rank_order,
 )
 from simulations.config import KueueSlices

@@ -2,15 +2,15 @@
 
 Each module defines a source class with `name` and `priority` and a factory, declared as an entry
 point of the `meshfit.gang_sources` group in `pyproject.toml`.  The core asks them in priority order
-(`scheduler.membership.identify`); the names below are kept for existing callers.
+(`scheduler.gangs.membership.identify`); the names below are kept for existing callers.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from scheduler.gang_types import GangMembership, GangSource, Lookup, NotAGangMember
-from scheduler.membership import GANG_SOURCES, gang_sources, identify_with_sources as identify
+from scheduler.gangs.sources import GangMembership, GangSource, Lookup, NotAGangMember
+from scheduler.gangs.membership import GANG_SOURCES, gang_sources, identify_with_sources as identify
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,4 @@
-"""What every gang source shares: `resolve_membership` and readers (the types live in `scheduler.gang_types`).
+"""What every gang source shares: `resolve_membership` and readers (the types live in `scheduler.gangs.sources`).
 
 A source only answers "which gang, which index, how big (if the owning object says)"; the shared
 `resolve_membership` fills in the rest the same way for every source: GPUs per pod (kube's
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from scheduler.jobs import (
+from scheduler.placement.jobs import (
     ANNOTATION_MAX_COMM_RATIO, KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, parse_max_comm_ratio,
     parse_slice_annotations,
     pick_topology_level,
@@ -21,14 +21,14 @@ from scheduler.jobs import (
     ANNOTATION_REQUIRED_LEVEL, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, JobSpecError,
     MAX_GANG_PODS, ModelShape, Parallelism, TopologyConstraint, parse_key_values,
 )
-from scheduler.gang_types import (  # the core's types and readers, re-exported for the sources
+from scheduler.gangs.sources import (  # the core's types and readers, re-exported for the sources
     LABEL_GANG, GangMembership, GangSource, Lookup, NotAGangMember, annotations, api_group, labels, metadata,
     namespace_of, parse_count, pod_gpus, pod_label, qualified_kind, split_kind,
 )
-from scheduler.elastic import ANNOTATION_ELASTIC, elastic_range, parse_elastic, restated_parallelism
-from scheduler.handoff import ANNOTATION_POD_INDEX, ANNOTATION_RANKS
-from scheduler.manifest_kinds import READERS
-from scheduler.manifests import KNOWN_KEYS, merged_annotations
+from scheduler.gangs.elastic import ANNOTATION_ELASTIC, elastic_range, parse_elastic, restated_parallelism
+from scheduler.handoff.assignment import ANNOTATION_POD_INDEX, ANNOTATION_RANKS
+from scheduler.handoff.manifest_kinds import READERS
+from scheduler.handoff.manifests import KNOWN_KEYS, merged_annotations
 
 ANNOTATION_GANG_SIZE = "meshfit.io/gang-size"
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"

@@ -11,7 +11,7 @@ from plugins.gangs.base import (
     COMPLETION_INDEX, COSCHEDULING_LABEL, GangMembership, Lookup, explicit_index, labels, lookup_kind,
     namespace_of, optional_count, pod_label, resolve_membership,
 )
-from scheduler.jobs import JobSpecError
+from scheduler.placement.jobs import JobSpecError
 
 NAME = "coscheduling"
 PODGROUP_GROUP = "scheduling.x-k8s.io"

@@ -15,7 +15,7 @@ from plugins.gangs.base import (
     COMPLETION_INDEX, GangMembership, Lookup, explicit_index, label_or_annotation, lookup_kind, namespace_of,
     optional_count, owner_name, parse_count, pod_label, resolve_membership, size_without_owner,
 )
-from scheduler.jobs import JobSpecError
+from scheduler.placement.jobs import JobSpecError
 
 NAME = "jobset"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"

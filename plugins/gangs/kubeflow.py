@@ -16,7 +16,7 @@ from plugins.gangs.base import (
     optional_count, parse_count, pod_label, resolve_membership,
 )
 from plugins.gangs.jobset import JOBSET_NAME, REPLICATED_JOB_NAME, jobset_position, JOBSET_GROUP
-from scheduler.jobs import JobSpecError
+from scheduler.placement.jobs import JobSpecError
 
 PYTORCH_NAME = "pytorchjob"
 TRAINJOB_NAME = "trainjob"

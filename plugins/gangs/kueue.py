@@ -18,7 +18,7 @@ from plugins.gangs.base import (
     COMPLETION_INDEX, GangMembership, Lookup, annotations, explicit_index, label_or_annotation, labels,
     lookup_kind, namespace_of, optional_count, parse_count, pod_label, resolve_membership,
 )
-from scheduler.jobs import JobSpecError
+from scheduler.placement.jobs import JobSpecError
 
 NAME = "kueue"
 POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"

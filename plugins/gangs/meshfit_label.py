@@ -6,7 +6,7 @@ from plugins.gangs.base import (
     COMPLETION_INDEX, LABEL_GANG, GangMembership, Lookup, explicit_index, labels, optional_count, pod_label,
     resolve_membership,
 )
-from scheduler.jobs import JobSpecError
+from scheduler.placement.jobs import JobSpecError
 
 NAME = "meshfit-label"
 

@@ -14,7 +14,7 @@ from plugins.gangs.base import (
     VOLCANO_GROUP_ANNOTATION, GangMembership, Lookup, annotations, explicit_index, label_or_annotation,
     lookup_kind, namespace_of, optional_count, owner_name, parse_count, pod_label, resolve_membership,
 )
-from scheduler.jobs import JobSpecError
+from scheduler.placement.jobs import JobSpecError
 
 NAME = "volcano"
 VOLCANO_GROUP_ANNOTATION_ALT = "scheduling.volcano.sh/group-name"

@@ -2,14 +2,14 @@
 
 Each module defines `NAME`, one handoff class and `factory(**options)`, declared as an entry point of
 the `meshfit.handoffs` group in `pyproject.toml`.  The protocols and the registry live in the core
-(`scheduler.handoff_registry`); which handoff renders which manifest kind is decided here.
+(`scheduler.handoff.assignment.registry`); which handoff renders which manifest kind is decided here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from scheduler.handoff_registry import HANDOFFS, RenderHandoff, RunHandoff, get_handoff
+from scheduler.handoff.registry import HANDOFFS, RenderHandoff, RunHandoff, get_handoff
 
 KIND_HANDOFFS = {"PyTorchJob": "pytorchjob", "JobSet": "jobset", "TrainJob": "trainjob"}
 """Manifest kind -> the handoff that renders it."""

@@ -12,8 +12,8 @@ import copy
 from typing import Any
 
 from plugins.handoffs.podspec import pod_environment, render_pod_template
-from scheduler.handoff import ANNOTATION_POD_INDEX, DEFAULT_MASTER_PORT
-from scheduler.placement import Placement
+from scheduler.handoff.assignment import ANNOTATION_POD_INDEX, DEFAULT_MASTER_PORT
+from scheduler.placement.result import Placement
 
 NAME = "jobset"
 

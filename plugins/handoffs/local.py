@@ -1,7 +1,7 @@
 """The `local` handoff: run a placed job on this machine, one process per rank, over torch.distributed (gloo).
 
 Each process gets exactly the environment `meshfit launch` would compute inside the pod the
-placement gave its rank (`scheduler.launch.rank_environment`), with the rendezvous on loopback.
+placement gave its rank (`scheduler.handoff.assignment.launch.rank_environment`), with the rendezvous on loopback.
 The runner forwards SIGTERM / Ctrl-C to every rank as SIGTERM; the ranks agree to stop at the
 next step, write an emergency checkpoint and exit cleanly.
 """
@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from scheduler.handoff import assignment_for_pod
-from scheduler.launch import rank_environment
-from scheduler.placement import Placement
+from scheduler.handoff.assignment import assignment_for_pod
+from scheduler.handoff.launch import rank_environment
+from scheduler.placement.result import Placement
 
 NAME = "local"
 LOCAL_ADDRESS = "127.0.0.1"

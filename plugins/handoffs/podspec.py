@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from scheduler.handoff import DEFAULT_MASTER_PORT, assignment_for_pod
-from scheduler.launch import rank_environment
-from scheduler.placement import Placement
+from scheduler.handoff.assignment import DEFAULT_MASTER_PORT, assignment_for_pod
+from scheduler.handoff.launch import rank_environment
+from scheduler.placement.result import Placement
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SHM_VOLUME = "meshfit-dshm"

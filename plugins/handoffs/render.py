@@ -14,10 +14,10 @@ from typing import Any
 import yaml
 
 from plugins.handoffs import handoff_for_manifest
-from scheduler.engine import build_ranks
-from scheduler.jobs import AXES, JobSpecError, parse_rank_order
-from scheduler.manifests import gang_from_manifest
-from scheduler.placement import PLACED, Placement
+from scheduler.placement.engine import build_ranks
+from scheduler.placement.jobs import AXES, JobSpecError, parse_rank_order
+from scheduler.handoff.manifests import gang_from_manifest
+from scheduler.placement.result import PLACED, Placement
 
 
 def read_single_manifest(path: str | Path) -> dict[str, Any]:

@@ -14,8 +14,8 @@ import copy
 from typing import Any
 
 from plugins.handoffs.podspec import HOSTNAME_LABEL, SHM_VOLUME, shared_environment
-from scheduler.handoff import ANNOTATION_POD_NODES, DEFAULT_MASTER_PORT
-from scheduler.placement import Placement
+from scheduler.handoff.assignment import ANNOTATION_POD_NODES, DEFAULT_MASTER_PORT
+from scheduler.placement.result import Placement
 
 NAME = "trainjob"
 TARGET_JOB = "node"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from plugins.policies.ordering import topology_order
-from scheduler.capacity import allowed_nodes, slice_violation
-from scheduler.jobs import Gang
-from scheduler.placement import Assignment
+from scheduler.placement.capacity import allowed_nodes, slice_violation
+from scheduler.placement.jobs import Gang
+from scheduler.placement.result import Assignment
 from topology.model import ClusterTopology
 
 NAME = "first-fit"

@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from plugins.policies.ordering import TopologyOrder, topology_order
-from scheduler.capacity import constraint_levels, slice_level
-from scheduler.explain import unschedulable_reason
-from scheduler.jobs import Gang
+from scheduler.placement.capacity import constraint_levels, slice_level
+from scheduler.placement.explain import unschedulable_reason
+from scheduler.placement.jobs import Gang
 from topology.model import ClusterTopology
 
 Chosen = list[tuple[int, int]]

@@ -23,10 +23,10 @@ import numpy as np
 from plugins.policies.kueue_slices import assign_slices
 from plugins.policies.meshfit_search import slot_view
 from plugins.policies.ordering import TopologyOrder, best_fit, topology_order
-from scheduler.capacity import constraint_levels
-from scheduler.explain import unschedulable_reason
-from scheduler.jobs import Gang
-from scheduler.placement import Assignment
+from scheduler.placement.capacity import constraint_levels
+from scheduler.placement.explain import unschedulable_reason
+from scheduler.placement.jobs import Gang
+from scheduler.placement.result import Assignment
 from topology.model import ClusterTopology, TopologyError
 
 NAME = "kueue-tas"

@@ -24,12 +24,12 @@ from plugins.policies.meshfit_search import (
     virtual_orders,
 )
 from plugins.policies.kueue_slices import assign_slices
-from scheduler.capacity import constraint_levels, slice_level
-from scheduler.cost import LayoutPricer, lower_bound_seconds
-from scheduler.explain import unschedulable_reason
-from scheduler.jobs import AUTO_RANK_ORDER, Gang
-from scheduler.layout import SUPPORTED_RANK_ORDERS
-from scheduler.placement import Assignment
+from scheduler.placement.capacity import constraint_levels, slice_level
+from scheduler.placement.cost import LayoutPricer, lower_bound_seconds
+from scheduler.placement.explain import unschedulable_reason
+from scheduler.placement.jobs import AUTO_RANK_ORDER, Gang
+from scheduler.placement.layout import SUPPORTED_RANK_ORDERS
+from scheduler.placement.result import Assignment
 from topology.model import ClusterTopology, TopologyError
 
 NAME = "meshfit"

@@ -16,9 +16,9 @@ from itertools import permutations
 
 import numpy as np
 
-from scheduler.capacity import allowed_nodes
-from scheduler.jobs import Gang, parse_rank_order
-from scheduler.tree_index import ROOT, TreeIndex, tree_index
+from scheduler.placement.capacity import allowed_nodes
+from scheduler.placement.jobs import Gang, parse_rank_order
+from scheduler.placement.tree_index import ROOT, TreeIndex, tree_index
 from topology.model import ClusterTopology
 
 MAX_VIRTUAL_ORDERS = 6

@@ -18,12 +18,12 @@ import math
 import numpy as np
 
 from plugins.policies.meshfit_search import ROOT, slot_view
-from scheduler.capacity import constraint_levels
-from scheduler.cost import LayoutPricer, collective_seconds
-from scheduler.explain import unschedulable_reason
-from scheduler.jobs import AUTO_RANK_ORDER, Gang
-from scheduler.layout import SUPPORTED_RANK_ORDERS
-from scheduler.placement import Assignment
+from scheduler.placement.capacity import constraint_levels
+from scheduler.placement.cost import LayoutPricer, collective_seconds
+from scheduler.placement.explain import unschedulable_reason
+from scheduler.placement.jobs import AUTO_RANK_ORDER, Gang
+from scheduler.placement.layout import SUPPORTED_RANK_ORDERS
+from scheduler.placement.result import Assignment
 from topology.model import ClusterTopology, TopologyError
 
 NAME = "optimal"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 from plugins.policies.meshfit_search import slot_view
-from scheduler.explain import unschedulable_reason
-from scheduler.jobs import Gang
-from scheduler.placement import Assignment
+from scheduler.placement.explain import unschedulable_reason
+from scheduler.placement.jobs import Gang
+from scheduler.placement.result import Assignment
 from topology.model import ClusterTopology
 
 NAME = "random"

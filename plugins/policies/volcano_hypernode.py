@@ -19,10 +19,10 @@ import numpy as np
 
 from plugins.policies.meshfit_search import ROOT, SlotView, slot_view
 from plugins.policies.ordering import topology_order
-from scheduler.capacity import constraint_levels, slice_violation
-from scheduler.explain import unschedulable_reason
-from scheduler.jobs import Gang
-from scheduler.placement import Assignment
+from scheduler.placement.capacity import constraint_levels, slice_violation
+from scheduler.placement.explain import unschedulable_reason
+from scheduler.placement.jobs import Gang
+from scheduler.placement.result import Assignment
 from topology.model import ClusterTopology, TopologyError
 
 NAME = "volcano-hypernode"

@@ -19,7 +19,7 @@ COMPARED_POLICIES = ("meshfit", "kueue-tas", "volcano-hypernode")
 
 def demo_gang():
     """The example job: 4 pods x 2 GPUs, tp=2 pp=2 dp=2, Megatron rank order."""
-    from scheduler.jobs import Gang, ModelShape, Parallelism, PodSlot
+    from scheduler.placement.jobs import Gang, ModelShape, Parallelism, PodSlot
 
     return Gang("default", "demo-3d", tuple(PodSlot(i, f"demo-3d-{i}", 2) for i in range(4)),
                 Parallelism(tp=2, pp=2, dp=2), model=ModelShape.parse(DEMO_MODEL))
@@ -28,7 +28,7 @@ def demo_gang():
 def place_with_each_policy(gang, topo) -> tuple[dict[str, Any], list[str]]:
     """Placements by every compared policy that is installed, and notes for those skipped."""
     from plugins.policies import POLICIES
-    from scheduler.engine import place
+    from scheduler.placement.engine import place
 
     placements, notes = {}, []
     for name in COMPARED_POLICIES:

@@ -12,10 +12,10 @@ import typer
 from rich.table import Table
 
 from scheduler.cli.common import EXIT_UNSCHEDULABLE, OutputFormat, OutputOption, console, fail, print_document
-from scheduler.jobs import AXES, JobSpecError
+from scheduler.placement.jobs import AXES, JobSpecError
 
 if TYPE_CHECKING:
-    from scheduler.placement import Placement
+    from scheduler.placement.result import Placement
     from topology.model import ClusterTopology
 
 ClusterOption = typer.Option(..., "--cluster", help="NodeList or List (Nodes + Pods) file, JSON or YAML.")
@@ -112,8 +112,8 @@ def explain_tables(report: dict, placed: bool) -> None:
 
 
 def _report(gang, topo, policy: str, placement) -> dict:
-    from scheduler.explain import explain_report
-    from scheduler.explain_layout import compare_with_runner_up
+    from scheduler.placement.explain import explain_report
+    from scheduler.placement.explain_layout import compare_with_runner_up
 
     comparison = compare_with_runner_up(gang, topo, policy, placement) if placement.placed else None
     return explain_report(gang, topo, placement, comparison)
@@ -128,8 +128,8 @@ def place_command(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Place a job's whole gang (or nothing) and print its rank layout and predicted step cost."""
-    from scheduler.engine import place
-    from scheduler.manifests import load_job
+    from scheduler.placement.engine import place
+    from scheduler.handoff.manifests import load_job
 
     try:
         gang = load_job(job)

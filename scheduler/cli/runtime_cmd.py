@@ -35,10 +35,10 @@ def launch_command(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Container entrypoint: set the rank environment from the pod's assignment and exec CMD."""
-    from scheduler.fabric import FabricConfigError, load_fabric_config
-    from scheduler.handoff import AssignmentError
-    from scheduler.fabric import transport_env
-    from scheduler.launch import exec_command, rank_environment, read_assignment, read_labels_file, wait_for_gang
+    from scheduler.handoff.fabric import FabricConfigError, load_fabric_config
+    from scheduler.handoff.assignment import AssignmentError
+    from scheduler.handoff.fabric import transport_env
+    from scheduler.handoff.launch import exec_command, rank_environment, read_assignment, read_labels_file, wait_for_gang
 
     if not command and not print_env:
         fail("no command given: use `meshfit launch [options] -- CMD ...`")
@@ -145,9 +145,9 @@ def run_command(
     from plugins.handoffs.local_runtime.checkpoint import CheckpointError, latest_step_dir
     from scheduler.cli.common import EXIT_UNSCHEDULABLE
     from scheduler.cli.place_cmd import _load_cluster
-    from scheduler.engine import place
-    from scheduler.jobs import JobSpecError
-    from scheduler.manifests import load_job
+    from scheduler.placement.engine import place
+    from scheduler.placement.jobs import JobSpecError
+    from scheduler.handoff.manifests import load_job
 
     _import_runtime()
     from plugins.handoffs.local_runtime.worker import TrainOptions
@@ -186,7 +186,7 @@ def render_command(
     import yaml
 
     from plugins.handoffs.render import render_with_warnings
-    from scheduler.jobs import JobSpecError
+    from scheduler.placement.jobs import JobSpecError
 
     try:
         objects, warnings = render_with_warnings(job, placement)

@@ -27,7 +27,7 @@ def split_objects(objects: list[dict]) -> tuple[list[dict], list[dict], list[dic
 def embedded_state(cluster: Path, config: Any, tolerations: list[str], ttl: float):
     """A `ClusterState` loaded from a NodeList / List file, plus the in-memory binder."""
     from scheduler.service.binder_memory import MemoryBinder
-    from scheduler.state import ClusterState
+    from scheduler.cache.state import ClusterState
     from topology.loaders import read_objects
 
     state = ClusterState(config, tolerations, ttl)
@@ -43,7 +43,7 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
     """A `ClusterState` fed by the list+watch cache, plus the API-server binder (kubernetes imported here only)."""
     import kubernetes
 
-    from scheduler.state import ClusterState
+    from scheduler.cache.state import ClusterState
 
     try:
         if kubeconfig is not None:

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 import msgspec
 
-from scheduler.gang_types import qualified_kind
+from scheduler.gangs.sources import qualified_kind
 from scheduler.kube.api import ApiStatusError, iter_lines, open_request, request_bytes
 from scheduler.kube.resources import DEFAULT_RESOURCES, WatchedResource
 

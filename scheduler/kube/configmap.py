@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 
 from scheduler.kube.api import ApiStatusError, request_bytes
-from scheduler.placement import Placement
-from scheduler.rank_table import rank_table_configmap
+from scheduler.placement.result import Placement
+from scheduler.handoff.rank_table import rank_table_configmap
 
 
 class ConfigMapError(RuntimeError):
@@ -65,7 +65,7 @@ def publish_configmap(api_client: Any, configmap: dict, timeout: float = 10.0, a
 
 
 def publish_rank_table(api_client: Any, placement: Placement, master_addr: str, **options: Any) -> dict:
-    """Build the gang's rank-table ConfigMap (`scheduler.rank_table`) and publish it."""
+    """Build the gang's rank-table ConfigMap (`scheduler.handoff.rank_table`) and publish it."""
     bound = options.pop("bound_pods", None)
     configmap = rank_table_configmap(placement, master_addr, bound_pods=bound, **options)
     return publish_configmap(api_client, configmap)

@@ -27,7 +27,7 @@ from scheduler.service.gcpolicy import GcPolicy
 from scheduler.service.ranktables import lookup_rank_table
 from scheduler.service.metrics import ServiceMetrics
 from scheduler.service.scheduling import GangScheduler
-from scheduler.state import ClusterState
+from scheduler.cache.state import ClusterState
 
 JSON = "application/json"
 JSON_BYTES = JSON.encode()
@@ -61,7 +61,7 @@ def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit"
     `scheduler.service.failures.FailureOptions` that installs failure replacement and spares (the result
     is kept as `scheduler.failures`).
     """
-    from scheduler.policy import get_policy
+    from scheduler.placement.policy import get_policy
 
     get_policy(policy)
     failures = options.pop("failures", None)

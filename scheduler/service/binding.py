@@ -2,9 +2,9 @@
 
 The binding extender must create the pod's Binding itself; `KubeBinder` (scheduler.kube.binder)
 posts it to the API server, `MemoryBinder` (embedded mode, tests) keeps it in memory.  Both get
-the rank assignment as `meshfit.io/*` annotations built by `scheduler.handoff.annotations_for_pod`
+the rank assignment as `meshfit.io/*` annotations built by `scheduler.handoff.assignment.assignment.annotations_for_pod`
 (the one builder of that format), which `meshfit launch` reads through the downward API.  The
-gang's rank-table ConfigMap (`scheduler.rank_table`) goes to a `RankTablePublisher`:
+gang's rank-table ConfigMap (`scheduler.handoff.assignment.rank_table`) goes to a `RankTablePublisher`:
 `KubeRankTablePublisher` (scheduler.kube.configmap) or `MemoryRankTables` (embedded mode).
 """
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Protocol
 
-from scheduler.engine import build_ranks
-from scheduler.handoff import annotations_for_pod
-from scheduler.jobs import AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, Gang
-from scheduler.placement import PLACED, Placement, RankInfo
-from scheduler.rank_table import rank_table_configmap
-from scheduler.reservations import SLOT_BOUND, Reservation
+from scheduler.placement.engine import build_ranks
+from scheduler.handoff.assignment import annotations_for_pod
+from scheduler.placement.jobs import AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, Gang
+from scheduler.placement.result import PLACED, Placement, RankInfo
+from scheduler.handoff.rank_table import rank_table_configmap
+from scheduler.gangs.ledger import SLOT_BOUND, Reservation
 
 
 class BindConflict(RuntimeError):
@@ -78,7 +78,7 @@ def master_address(entry: Reservation) -> str:
 
 
 def bind_annotations(entry: Reservation, index: int) -> dict[str, str]:
-    """The `meshfit.io/*` annotations for pod `index` of a reserved gang (`scheduler.handoff` format)."""
+    """The `meshfit.io/*` annotations for pod `index` of a reserved gang (`scheduler.handoff.assignment` format)."""
     return annotations_for_pod(reservation_placement(entry), index, master_address(entry))
 
 

@@ -24,15 +24,15 @@ import logging
 from dataclasses import replace
 from typing import Any, Callable
 
-from scheduler.elastic import ElasticRange, place_largest, resized_gang, shrink_target
-from scheduler.engine import place as engine_place
-from scheduler.jobs import JobSpecError, Parallelism
-from scheduler.membership import gang_from_membership
-from scheduler.placement import PLACED, Placement
-from scheduler.reservations import (
+from scheduler.gangs.elastic import ElasticRange, place_largest, resized_gang, shrink_target
+from scheduler.placement.engine import place as engine_place
+from scheduler.placement.jobs import JobSpecError, Parallelism
+from scheduler.gangs.membership import gang_from_membership
+from scheduler.placement.result import PLACED, Placement
+from scheduler.gangs.ledger import (
     SLOT_BINDING, SLOT_BOUND, SLOT_RESERVED, STATUS_BOUND, GivenRendezvous, Reservation, reservation_key,
 )
-from scheduler.reserve_ops import reserve_remaining
+from scheduler.gangs.reserve_ops import reserve_remaining
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING
 
 log = logging.getLogger("meshfit.elastic")

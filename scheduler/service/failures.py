@@ -1,13 +1,13 @@
 """Wiring of failure handling into a service: options, the upkeep passes, metrics, `GET /gangs` fields.
 
 `FailureOptions` (a strict pydantic model; `meshfit serve` builds it from its flags) says which nodes
-count as failed (`scheduler.node_health.NodeHealthSources`), whether members on them are replaced
+count as failed (`scheduler.gangs.health.NodeHealthSources`), whether members on them are replaced
 and after how long, and the spare fraction.  `install_failure_handling` applies the sources to the
 state, registers the spare pool and the replacement pass as `GangLifecycle.upkeep`s and their
 `GET /gangs` fields, and exports:
 
 - `meshfit_member_replacements_total{source}`: members on failed nodes handled, by failure source
-  (a fixed set: `scheduler.node_health.SOURCES`);
+  (a fixed set: `scheduler.gangs.health.SOURCES`);
 - `meshfit_spare_gpus{kind}`: spare GPUs held now, `pool` or per-`gang`;
 - `meshfit_spares_used_total{kind}`: spares taken by replacements.
 """
@@ -22,10 +22,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from scheduler.node_health import SOURCES, NodeHealthSources
+from scheduler.gangs.health import SOURCES, NodeHealthSources
 from scheduler.service.replacement import DEFAULT_GRACE_SECONDS, MemberReplacement
 from scheduler.service.spare_pool import GANG, POOL, SparePool
-from scheduler.spares import MAX_SPARE_FRACTION
+from scheduler.gangs.spares import MAX_SPARE_FRACTION
 
 MAX_GRACE_SECONDS = 86_400.0
 

@@ -3,7 +3,7 @@
 `GangLifecycle` is driven by `GangScheduler` (decisions under `ClusterState.lock`; cluster calls
 through an `ActionDispatcher`, off the lock):
 
-- **Queue** (`scheduler.gang_queue`): a gang that does not fit, or would delay the queue's head,
+- **Queue** (`scheduler.gangs.queue`): a gang that does not fit, or would delay the queue's head,
   waits there.  `admit_waiting` re-evaluates the queue in order whenever capacity may have freed
   (pods gone, nodes added or repaired, reservations released) and reserves what may start.
 - **Prompt members**: kube-scheduler 1.26 parks a pod that only an extender rejected for up to 5
@@ -27,17 +27,17 @@ import logging
 from collections import Counter
 from typing import Any, Callable
 
-from scheduler.engine import place
-from scheduler.gang_queue import GangQueue, delays_head, since_text
-from scheduler.membership import gang_from_membership
-from scheduler.offered import offered_only
-from scheduler.placement import Placement
-from scheduler.reservations import SLOT_RELEASED, SLOT_RESERVED, Reservation, reservation_key
-from scheduler.reserve_ops import reserve_remaining, shortfall_reason
+from scheduler.placement.engine import place
+from scheduler.gangs.queue import GangQueue, delays_head, since_text
+from scheduler.gangs.membership import gang_from_membership
+from scheduler.placement.offered import offered_only
+from scheduler.placement.result import Placement
+from scheduler.gangs.ledger import SLOT_RELEASED, SLOT_RESERVED, Reservation, reservation_key
+from scheduler.gangs.reserve_ops import reserve_remaining, shortfall_reason
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, ActionDispatcher, PodRef
-from scheduler.pod_record import PodRecord
+from scheduler.cache.pod_record import PodRecord
 from scheduler.service.gang_rows import gang_counts, gang_rows
-from scheduler.state import ClusterState
+from scheduler.cache.state import ClusterState
 
 log = logging.getLogger("meshfit.gang")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from scheduler.reservations import Reservation
+from scheduler.gangs.ledger import Reservation
 
 if TYPE_CHECKING:
     from scheduler.service.gang_lifecycle import GangLifecycle

@@ -34,7 +34,7 @@ import gc
 import time
 from typing import Callable
 
-from scheduler.state import ClusterState
+from scheduler.cache.state import ClusterState
 
 DEFAULT_REFREEZE_SECONDS = 300.0
 DEFAULT_THOROUGH_EVERY = 12

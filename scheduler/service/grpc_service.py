@@ -13,10 +13,10 @@ from concurrent import futures
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from scheduler.jobs import JobSpecError, ModelShape, Parallelism, TopologyConstraint
-from scheduler.gang_types import GangMembership as Membership
-from scheduler.membership import gang_from_membership
-from scheduler.placement import Placement
+from scheduler.placement.jobs import JobSpecError, ModelShape, Parallelism, TopologyConstraint
+from scheduler.gangs.sources import GangMembership as Membership
+from scheduler.gangs.membership import gang_from_membership
+from scheduler.placement.result import Placement
 from scheduler.service.proto.meshfit.v1 import placement_pb2 as pb
 from scheduler.service.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc
 from scheduler.service.scheduling import GangScheduler
@@ -92,7 +92,7 @@ class PlacementServicer(pb_grpc.PlacementServicer):
     def Explain(self, request: pb.PlaceRequest, context: grpc.ServicerContext) -> pb.ExplainResponse:  # noqa: N802
         """One sentence on whether and where the gang fits now."""
         gang = self._gang(request, context)
-        from scheduler.explain import explain
+        from scheduler.placement.explain import explain
 
         with self.scheduler.state.lock:
             try:

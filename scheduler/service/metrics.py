@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from scheduler.capacity import domain_pod_slots
-from scheduler.placement import Placement
+from scheduler.placement.capacity import domain_pod_slots
+from scheduler.placement.result import Placement
 from scheduler.service.gcpolicy import GcPauseRecorder
-from scheduler.state import ClusterState
+from scheduler.cache.state import ClusterState
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 WAIT_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)

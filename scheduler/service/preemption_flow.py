@@ -2,7 +2,7 @@
 
 `PreemptionFlow` hooks `GangLifecycle.unplaced` (called under the state lock when a gang does not
 fit).  When the gang's members may preempt (not `preemptionPolicy: Never`, `--preemption` on) and
-`scheduler.preemption.plan_preemption` finds a plan, every victim is evicted *whole* at once: each
+`scheduler.gangs.preemption.plan_preemption` finds a plan, every victim is evicted *whole* at once: each
 bound member of a victim gang is evicted (its controller recreates it), its ledger entry released
 and the gang marked rolling back (as `GangLifecycle.rollback` does), so it is not placed again until
 its evicted members are gone -- and then only behind the preemptor, which heads the queue (EASY
@@ -29,16 +29,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from scheduler.engine import place
-from scheduler.gang_queue import delays_head
-from scheduler.jobs import Gang, JobSpecError
-from scheduler.membership import gang_from_membership
-from scheduler.offered import offered_only
-from scheduler.pod_record import PodRecord
-from scheduler.preemption import Holder, PreemptionPlan, plan_preemption
-from scheduler.reservations import SLOT_BINDING, SLOT_BOUND, SLOT_RESERVED, reservation_key
+from scheduler.placement.engine import place
+from scheduler.gangs.queue import delays_head
+from scheduler.placement.jobs import Gang, JobSpecError
+from scheduler.gangs.membership import gang_from_membership
+from scheduler.placement.offered import offered_only
+from scheduler.cache.pod_record import PodRecord
+from scheduler.gangs.preemption import Holder, PreemptionPlan, plan_preemption
+from scheduler.gangs.ledger import SLOT_BINDING, SLOT_BOUND, SLOT_RESERVED, reservation_key
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, PodRef
-from scheduler.state import pod_holding_key
+from scheduler.cache.state import pod_holding_key
 from topology.k8s import FINISHED_PHASES
 from topology.model import TopologyError
 

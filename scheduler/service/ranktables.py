@@ -20,10 +20,10 @@ import logging
 import threading
 from typing import Any, Callable
 
-from scheduler.rank_table import configmap_name, rank_table_configmap
+from scheduler.handoff.rank_table import configmap_name, rank_table_configmap
 from scheduler.service.binding import RankTablePublisher, master_address, reservation_placement
-from scheduler.reservations import SLOT_BOUND, Reservation
-from scheduler.state import ClusterState
+from scheduler.gangs.ledger import SLOT_BOUND, Reservation
+from scheduler.cache.state import ClusterState
 
 log = logging.getLogger("meshfit.service")
 

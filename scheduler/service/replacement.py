@@ -1,22 +1,22 @@
 """Failure replacement that keeps the rank map: members bound to failed nodes get new nodes, same ranks.
 
 A `GangLifecycle.upkeep` pass (under the lock, every tick).  For each gang with bound members on a
-node failed for at least `grace` seconds (`scheduler.node_health`: NotReady, cordoned, NoExecute
+node failed for at least `grace` seconds (`scheduler.gangs.health`: NotReady, cordoned, NoExecute
 taint, condition, label, GPUs lost, deleted):
 
 1. pod 0 lost (rank 0 hosts the rendezvous every member was told): the documented rollback policy
    applies, the gang is evicted whole and placed afresh (`GangLifecycle.rollback`);
 2. otherwise *all* lost members at once (several nodes at once) have their slots released and
-   re-reserved with the engine (`scheduler.reserve_ops.reserve_remaining`, which keeps pod indices,
+   re-reserved with the engine (`scheduler.gangs.reserve_ops.reserve_remaining`, which keeps pod indices,
    rank order and pod 0's rendezvous) on candidate sets tried in order: the gang's own spares; then,
    from the leaf of pod 0 outwards, the pool's spares in that domain, then any room in that domain
-   (nearest domain first, spares first among equals: `scheduler.spares`);
+   (nearest domain first, spares first among equals: `scheduler.gangs.spares`);
 3. the lost members are evicted (their controller recreates them; the recreated pod of the same
    index filters onto its reserved replacement node and binds with the same `meshfit.io/ranks`),
    the evicted pods are marked superseded so their last updates leave the new slots alone, the
    completion deadline restarts, and the rank table is republished;
 4. the predicted step communication of the original layout and of the replaced one
-   (`scheduler.cost.estimate_cost`) goes into a log line, a `GangMembersReplaced` Event, the gang's
+   (`scheduler.placement.result.cost.estimate_cost`) goes into a log line, a `GangMembersReplaced` Event, the gang's
    `GET /gangs` row (`replacement`) and `meshfit_member_replacements_total{source}`.
 
 With no room anywhere the lost members are still evicted (their node is failed) and the gang waits
@@ -30,11 +30,11 @@ import logging
 from collections import Counter
 from typing import Callable
 
-from scheduler.cost import estimate_cost
-from scheduler.node_health import SOURCE_DELETED, NodeFailure
-from scheduler.offered import offered_only
-from scheduler.reservations import SLOT_BOUND, SLOT_RELEASED, Reservation
-from scheduler.reserve_ops import reserve_remaining
+from scheduler.placement.cost import estimate_cost
+from scheduler.gangs.health import SOURCE_DELETED, NodeFailure
+from scheduler.placement.offered import offered_only
+from scheduler.gangs.ledger import SLOT_BOUND, SLOT_RELEASED, Reservation
+from scheduler.gangs.reserve_ops import reserve_remaining
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING
 from scheduler.service.binding import reservation_placement
 from scheduler.service.gang_lifecycle import GangLifecycle

@@ -23,23 +23,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from scheduler.engine import place
-from scheduler.jobs import Gang, JobSpecError
-from scheduler.membership import describe_signature
-from scheduler.offered import offered_only
-from scheduler.placement import Placement
-from scheduler.reservations import (
+from scheduler.placement.engine import place
+from scheduler.placement.jobs import Gang, JobSpecError
+from scheduler.gangs.membership import describe_signature
+from scheduler.placement.offered import offered_only
+from scheduler.placement.result import Placement
+from scheduler.gangs.ledger import (
     SLOT_BINDING, SLOT_BOUND, SLOT_RELEASED, SLOT_RESERVED, STATUS_BOUND, Reservation, reservation_key,
 )
-from scheduler.reserve_ops import place_and_reserve, reserve_remaining
+from scheduler.gangs.reserve_ops import place_and_reserve, reserve_remaining
 from scheduler.service.actions import ActionDispatcher, ClusterActions, MemoryActions
 from scheduler.service.binding import Binder, RankTablePublisher, bind_annotations
 from scheduler.service.gang_lifecycle import DEFAULT_COMPLETION_TIMEOUT, GangLifecycle
 from scheduler.service.elastic import ElasticGangs
 from scheduler.service.preemption_flow import PreemptionFlow
 from scheduler.service.ranktables import MemoryRankTables, RankTableTracker
-from scheduler.pod_record import PodRecord
-from scheduler.state import ClusterState
+from scheduler.cache.pod_record import PodRecord
+from scheduler.cache.state import ClusterState
 from topology.model import TopologyError
 
 MAX_SCORE = 10

@@ -3,9 +3,9 @@
 Spares are *holdings in the topology*, like reservations, so every placement (gangs, the queue, plain
 GPU pods through `_filter_single`) simply sees no free GPUs there and never takes them:
 
-- **Pool** (`--spare-fraction F`): in each leaf domain (`scheduler.spares.leaf_of`) ceil(F x nodes)
+- **Pool** (`--spare-fraction F`): in each leaf domain (`scheduler.gangs.spares.leaf_of`) ceil(F x nodes)
   healthy, schedulable, wholly free nodes are held whole under `spare:<node>`, highest index first
-  (`scheduler.spares.pick_spares`, the simulator's rule).  A failed spare leaves the pool; the pool
+  (`scheduler.gangs.spares.pick_spares`, the simulator's rule).  A failed spare leaves the pool; the pool
   refills from nodes that free up or are repaired, every tick.
 - **Per gang** (`meshfit.io/spares: "N"` on its pods): while the gang has a bound member, N pod
   slots of its GPUs per pod are held next to it (nearest domain first, off its own nodes) under
@@ -22,9 +22,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from scheduler.reservations import SLOT_RELEASED
-from scheduler.spares import leaf_members, leaf_of, replacement_order, target_of
-from scheduler.state import ClusterState
+from scheduler.gangs.ledger import SLOT_RELEASED
+from scheduler.gangs.spares import leaf_members, leaf_of, replacement_order, target_of
+from scheduler.cache.state import ClusterState
 from topology.model import ClusterTopology
 
 POOL = "pool"

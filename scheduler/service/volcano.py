@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import msgspec
 
-from scheduler.jobs import ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, MAX_GANG_PODS, JobSpecError, Parallelism
-from scheduler.gang_types import GangMembership as Membership, parse_count
-from scheduler.gang_types import pod_gpus
-from scheduler.membership import gang_from_membership, identify
+from scheduler.placement.jobs import ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, MAX_GANG_PODS, JobSpecError, Parallelism
+from scheduler.gangs.sources import GangMembership as Membership, parse_count
+from scheduler.gangs.sources import pod_gpus
+from scheduler.gangs.membership import gang_from_membership, identify
 from scheduler.service.scheduling import GangScheduler
 from scheduler.service.wire import PodGroupShape, pod_error, shape_error
 from topology.k8s import parse_gpu_quantity

@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from scheduler.engine import place
-from scheduler.jobs import Gang, ModelShape, Parallelism, PodSlot
+from scheduler.placement.engine import place
+from scheduler.placement.jobs import Gang, ModelShape, Parallelism, PodSlot
 from topology.generator import generate_nodelist
 from topology.loaders import topology_from_objects
 from topology.model import ClusterTopology

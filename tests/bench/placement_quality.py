@@ -25,8 +25,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from plugins.policies import get_policy  # noqa: E402
-from scheduler.engine import place  # noqa: E402
-from scheduler.jobs import Gang, ModelShape, Parallelism, PodSlot  # noqa: E402
+from scheduler.placement.engine import place  # noqa: E402
+from scheduler.placement.jobs import Gang, ModelShape, Parallelism, PodSlot  # noqa: E402
 from tests.placement.placement_builders import make_cluster  # noqa: E402
 from tests.bench.placement_preset_study import (  # noqa: E402
     PRESETS, hard_small_instance, markdown_table, run_grid, summarize,

@@ -95,7 +95,7 @@ def in_process():
     """A scheduler over 5,000 hgx-h100 nodes without HTTP, for handler-only timings."""
     from scheduler.service.app import build_scheduler
     from scheduler.service.binder_memory import MemoryBinder
-    from scheduler.state import ClusterState
+    from scheduler.cache.state import ClusterState
 
     def make(nodes: int):
         nodelist = generate_nodelist("hgx-h100", nodes)

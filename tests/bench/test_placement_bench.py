@@ -12,8 +12,8 @@ import tracemalloc
 
 import pytest
 
-from scheduler.engine import place
-from scheduler.jobs import Gang, Parallelism, PodSlot
+from scheduler.placement.engine import place
+from scheduler.placement.jobs import Gang, Parallelism, PodSlot
 from topology.generator import generate_cluster
 
 MEMORY_BUDGET_BYTES = 500 * 2**20

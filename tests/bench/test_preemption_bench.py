@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from scheduler.engine import place
-from scheduler.jobs import Gang, Parallelism, PodSlot
-from scheduler.preemption import Holder, plan_preemption
+from scheduler.placement.engine import place
+from scheduler.placement.jobs import Gang, Parallelism, PodSlot
+from scheduler.gangs.preemption import Holder, plan_preemption
 from topology.generator import generate_cluster
 
 BUDGET_SECONDS = 0.5

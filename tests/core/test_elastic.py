@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from plugins.gangs import identify
-from scheduler.elastic import ElasticRange, elastic_range, parse_elastic, place_largest, resized_gang, shrink_target
-from scheduler.jobs import Gang, JobSpecError, Parallelism, PodSlot
-from scheduler.layout import rank_to_coords
-from scheduler.placement import PLACED, UNSCHEDULABLE, Placement
+from scheduler.gangs.elastic import ElasticRange, elastic_range, parse_elastic, place_largest, resized_gang, shrink_target
+from scheduler.placement.jobs import Gang, JobSpecError, Parallelism, PodSlot
+from scheduler.placement.layout import rank_to_coords
+from scheduler.placement.result import PLACED, UNSCHEDULABLE, Placement
 from tests.kube.gang_builders import ObjectStore, make_pod, pod_template
 
 WHERE = "pod default/e-0"
@@ -154,9 +154,9 @@ def test_a_member_bound_at_a_smaller_size_still_declares_the_maximum():
 
 
 def _table_and_annotations(bound_dp: int, table_dp: int, elastic: bool):
-    from scheduler.engine import build_ranks
-    from scheduler.handoff import annotations_for_pod
-    from scheduler.rank_table import parse_rank_table, rank_table_configmap
+    from scheduler.placement.engine import build_ranks
+    from scheduler.handoff.assignment import annotations_for_pod
+    from scheduler.handoff.rank_table import parse_rank_table, rank_table_configmap
 
     def placed(dp: int) -> Placement:
         gang = resized_gang(_gang(8, Parallelism(tp=8, dp=8)), ElasticRange(2, 8, 1), dp)
@@ -169,8 +169,8 @@ def _table_and_annotations(bound_dp: int, table_dp: int, elastic: bool):
 
 
 def test_the_launcher_takes_an_elastic_gang_s_size_from_the_rank_table():
-    from scheduler.assignment_sources import resolve_assignment
-    from scheduler.handoff import AssignmentError, parse_assignment
+    from scheduler.handoff.assignment_sources import resolve_assignment
+    from scheduler.handoff.assignment import AssignmentError, parse_assignment
 
     table, annotations = _table_and_annotations(bound_dp=8, table_dp=6, elastic=True)  # bound at 8, shrunk to 6
     assert table.elastic == {"min_dp": 2, "max_dp": 8, "dp": 6, "generation": 3}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.jobs import Gang, JobSpecError, ModelShape, Parallelism, PodSlot, parse_rank_order
+from scheduler.placement.jobs import Gang, JobSpecError, ModelShape, Parallelism, PodSlot, parse_rank_order
 
 
 def make_gang(pods: int = 4, gpus: int = 2, par: str = "tp=2,pp=2,dp=2", order: str = "tp-cp-ep-dp-pp") -> Gang:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.jobs import AXES, Parallelism, parse_rank_order
-from scheduler.layout import SUPPORTED_RANK_ORDERS, axis_groups, coords_to_rank, group_of, rank_to_coords
+from scheduler.placement.jobs import AXES, Parallelism, parse_rank_order
+from scheduler.placement.layout import SUPPORTED_RANK_ORDERS, axis_groups, coords_to_rank, group_of, rank_to_coords
 
 degrees = st.sampled_from([1, 2, 3, 4])
 parallelisms = st.builds(Parallelism, degrees, degrees, degrees, degrees, degrees)

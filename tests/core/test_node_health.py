@@ -1,4 +1,4 @@
-"""`scheduler.node_health`: each unhealthy-node source, its defaults, and the failure clock."""
+"""`scheduler.gangs.health`: each unhealthy-node source, its defaults, and the failure clock."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from scheduler.node_health import NodeFailures, NodeHealthSources, node_failure
+from scheduler.gangs.health import NodeFailures, NodeHealthSources, node_failure
 from topology.k8s import parse_toleration
 
 

@@ -7,9 +7,9 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from scheduler.handoff_registry import HANDOFF_GROUP, HANDOFFS, get_handoff
-from scheduler.membership import GANG_SOURCE_GROUP, GANG_SOURCES, gang_sources
-from scheduler.policy import POLICIES, POLICY_GROUP, get_policy
+from scheduler.handoff.registry import HANDOFF_GROUP, HANDOFFS, get_handoff
+from scheduler.gangs.membership import GANG_SOURCE_GROUP, GANG_SOURCES, gang_sources
+from scheduler.placement.policy import POLICIES, POLICY_GROUP, get_policy
 
 
 def test_every_group_is_declared() -> None:
@@ -44,7 +44,7 @@ def test_unknown_names_list_the_known_ones() -> None:
 
 def test_register_by_hand() -> None:
     """An embedding program can add a policy without an entry point; the engine then finds it by name."""
-    from scheduler.engine import place
+    from scheduler.placement.engine import place
     from tests.placement.placement_builders import make_cluster, make_gang
 
     POLICIES.register("mine", POLICIES["first-fit"])

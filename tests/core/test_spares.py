@@ -1,10 +1,10 @@
-"""`scheduler.spares`: the spare choice and the replacement order shared by the service and the simulator."""
+"""`scheduler.gangs.spares`: the spare choice and the replacement order shared by the service and the simulator."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduler.spares import leaf_of, parse_gang_spares, pick_spares, replacement_order, target_of
+from scheduler.gangs.spares import leaf_of, parse_gang_spares, pick_spares, replacement_order, target_of
 from tests.service.helpers import make_nodes
 from topology.loaders import topology_from_objects
 

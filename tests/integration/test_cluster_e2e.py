@@ -15,16 +15,16 @@ from collections.abc import Callable
 import pytest
 from starlette.testclient import TestClient
 
-from scheduler.handoff import parse_assignment
+from scheduler.handoff.assignment import parse_assignment
 from scheduler.kube import sync_once
 from scheduler.kube.binder import KubeBinder
 from scheduler.kube.cache import KubeCache
 from scheduler.kube.configmap import KubeRankTablePublisher
-from scheduler.launch import rank_environment, read_assignment
-from scheduler.layout import rank_to_coords
-from scheduler.rank_table import RANK_TABLE_KEY, RankTable, configmap_name, parse_rank_table
+from scheduler.handoff.launch import rank_environment, read_assignment
+from scheduler.placement.layout import rank_to_coords
+from scheduler.handoff.rank_table import RANK_TABLE_KEY, RankTable, configmap_name, parse_rank_table
 from scheduler.service.app import build_scheduler, create_app
-from scheduler.state import ClusterState
+from scheduler.cache.state import ClusterState
 from tests.builders import make_node
 from tests.k8s_double import ApiServerDouble
 from tests.kube.kube_fixtures import api_client, eventually  # noqa: F401 (api_client: fixture over `double` below)

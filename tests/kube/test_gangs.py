@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from plugins.gangs import PRIORITY, SOURCES, identify
 from plugins.gangs.kueue import assignment_domains
-from scheduler.jobs import JobSpecError, Parallelism
+from scheduler.placement.jobs import JobSpecError, Parallelism
 from tests.kube.gang_builders import ObjectStore, jobset_pods, make_jobset, make_pod, pod_template
 
 PAR = "meshfit.io/parallelism"

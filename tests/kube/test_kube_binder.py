@@ -60,7 +60,7 @@ def test_server_errors_are_bind_errors(double, api_client):
 
 
 def rank_configmap(document: dict) -> dict:
-    """A rank-table ConfigMap like `scheduler.rank_table.rank_table_configmap` builds."""
+    """A rank-table ConfigMap like `scheduler.handoff.rank_table.rank_table_configmap` builds."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "meshfit-job-ranks", "namespace": "team"},
             "data": {"ranks.json": json.dumps(document)}}
@@ -81,10 +81,10 @@ def test_configmap_failures_are_one_line_errors(double, api_client):
 
 
 def test_rank_table_of_a_placed_gang_round_trips_through_the_api(double, api_client):
-    from scheduler.engine import place
-    from scheduler.jobs import Gang, Parallelism, PodSlot
+    from scheduler.placement.engine import place
+    from scheduler.placement.jobs import Gang, Parallelism, PodSlot
     from scheduler.kube.configmap import publish_rank_table
-    from scheduler.rank_table import RANK_TABLE_KEY, parse_rank_table
+    from scheduler.handoff.rank_table import RANK_TABLE_KEY, parse_rank_table
     from tests.builders import make_cluster
 
     gang = Gang("team", "llm", tuple(PodSlot(i, f"llm-{i}", 8) for i in range(2)), Parallelism(tp=8, dp=2))

@@ -133,7 +133,7 @@ def test_transient_server_errors_back_off_and_recover(double, api_client):
 
 
 def test_restart_rebuilds_bound_gangs_in_the_real_cluster_state(double, api_client):
-    from scheduler.state import ClusterState
+    from scheduler.cache.state import ClusterState
 
     for i in range(4):
         double.create(make_node(f"n{i}"))

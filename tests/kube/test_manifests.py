@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from scheduler.kube.resources import DEFAULT_RESOURCES
-from scheduler.manifests import load_job
+from scheduler.handoff.manifests import load_job
 from scheduler.service import volcano
 from tests.kube.manifest_schemas import SCHEMAS, VOLCANO_EXTENDER_ARGUMENTS, VOLCANO_SCHEDULER_CONF
 from tests.kube.strict_models import check_model, validate_core_object
@@ -249,7 +249,7 @@ def test_commented_per_namespace_role_alternative_is_valid():
 def test_configmap_admission_policy_matches_meshfit_and_its_name_pattern():
     import inspect  # noqa: PLC0415
 
-    from scheduler.rank_table import configmap_name, rank_table_configmap  # noqa: PLC0415
+    from scheduler.handoff.rank_table import configmap_name, rank_table_configmap  # noqa: PLC0415
 
     policy = find("ValidatingAdmissionPolicy", "meshfit-rank-table-configmaps")
     account = find("ServiceAccount", "meshfit")["metadata"]
@@ -292,7 +292,7 @@ def served_status(path: str) -> int:
 
     from scheduler.service.app import build_scheduler, create_app  # noqa: PLC0415
     from scheduler.service.binder_memory import MemoryBinder  # noqa: PLC0415
-    from scheduler.state import ClusterState  # noqa: PLC0415
+    from scheduler.cache.state import ClusterState  # noqa: PLC0415
 
     scheduler, metrics = build_scheduler(ClusterState(), MemoryBinder(), "first-fit")
     return TestClient(create_app(scheduler, metrics)).post(path, content=b"{}").status_code
@@ -372,7 +372,7 @@ def test_probes_hit_paths_the_service_answers():
 
     from scheduler.service.app import build_scheduler, create_app  # noqa: PLC0415
     from scheduler.service.binder_memory import MemoryBinder  # noqa: PLC0415
-    from scheduler.state import ClusterState  # noqa: PLC0415
+    from scheduler.cache.state import ClusterState  # noqa: PLC0415
 
     (container,) = meshfit_pod_spec()["containers"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -558,7 +558,7 @@ def exported_metric_families() -> set[str]:
     from scheduler.service.app import build_scheduler  # noqa: PLC0415
     from scheduler.service.binder_memory import MemoryBinder  # noqa: PLC0415
     from scheduler.service.failures import FailureOptions  # noqa: PLC0415
-    from scheduler.state import ClusterState  # noqa: PLC0415
+    from scheduler.cache.state import ClusterState  # noqa: PLC0415
 
     _, metrics = build_scheduler(ClusterState(), MemoryBinder(), "first-fit", failures=FailureOptions())
     stop = metrics.track_gc_pauses()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from scheduler.cli import serve_cmd
 from scheduler.kube import sync_once
-from scheduler.state import ClusterState
+from scheduler.cache.state import ClusterState
 from tests.kube.kube_fixtures import eventually, make_node
 
 

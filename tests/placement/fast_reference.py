@@ -10,10 +10,10 @@ from __future__ import annotations
 import heapq
 
 from plugins.policies.meshfit_search import ROOT, SlotView, slot_view
-from scheduler.capacity import allowed_nodes, constraint_levels, pod_slots
-from scheduler.explain import unschedulable_reason
-from scheduler.jobs import Gang
-from scheduler.placement import Assignment
+from scheduler.placement.capacity import allowed_nodes, constraint_levels, pod_slots
+from scheduler.placement.explain import unschedulable_reason
+from scheduler.placement.jobs import Gang
+from scheduler.placement.result import Assignment
 from topology.model import ClusterTopology, TopologyError
 
 

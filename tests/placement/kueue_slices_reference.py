@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Callable
 
 from plugins.policies.meshfit_search import SlotView, slot_view
-from scheduler.capacity import constraint_levels, slice_level
-from scheduler.jobs import Gang
+from scheduler.placement.capacity import constraint_levels, slice_level
+from scheduler.placement.jobs import Gang
 from topology.model import ClusterTopology, TopologyError
 
 

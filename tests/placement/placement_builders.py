@@ -5,7 +5,7 @@ from __future__ import annotations
 from topology.builder import LevelSpec, NodeRecord, build_topology
 from topology.model import ClusterTopology, LinkTier
 
-from scheduler.jobs import Gang, ModelShape, Parallelism, PodSlot, TopologyConstraint
+from scheduler.placement.jobs import Gang, ModelShape, Parallelism, PodSlot, TopologyConstraint
 
 HOST_LINK = LinkTier(400.0, 1.0)
 RACK_LINK = LinkTier(50.0, 5.0)

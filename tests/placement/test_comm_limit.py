@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from plugins.gangs.base import constraint_from
-from scheduler.engine import place
-from scheduler.jobs import ANNOTATION_MAX_COMM_RATIO, JobSpecError, TopologyConstraint, parse_max_comm_ratio
-from scheduler.manifests import gang_from_manifest
+from scheduler.placement.engine import place
+from scheduler.placement.jobs import ANNOTATION_MAX_COMM_RATIO, JobSpecError, TopologyConstraint, parse_max_comm_ratio
+from scheduler.handoff.manifests import gang_from_manifest
 from simulations.workload import SimJob, make_gang as sim_gang
 from tests.placement.placement_builders import make_cluster, make_gang
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.engine import place
-from scheduler.manifests import load_job
+from scheduler.placement.engine import place
+from scheduler.handoff.manifests import load_job
 from tests.builders import make_cluster
 from topology.presets import PRESETS
 

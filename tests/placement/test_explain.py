@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.cli import app
-from scheduler.engine import place
-from scheduler.explain import RESERVATION_PREFIX, binding_constraint, explain, explain_report
-from scheduler.explain_layout import compare_with_runner_up
-from scheduler.reservations import reservation_key
+from scheduler.placement.engine import place
+from scheduler.placement.explain import RESERVATION_PREFIX, binding_constraint, explain, explain_report
+from scheduler.placement.explain_layout import compare_with_runner_up
+from scheduler.gangs.ledger import reservation_key
 from tests.builders import make_nodelist, write_objects
 from tests.placement.placement_builders import make_cluster, make_gang
 

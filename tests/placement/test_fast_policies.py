@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugins.policies import get_policy
-from scheduler.jobs import TopologyConstraint
+from scheduler.placement.jobs import TopologyConstraint
 from simulations.cluster import make_fast
 from tests.placement.fast_reference import (
     first_fit_reference,

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from plugins.gangs.base import constraint_from
 from plugins.policies import get_policy
-from scheduler.capacity import slice_violation, slices_satisfied
-from scheduler.cost import estimate_cost
-from scheduler.jobs import (
+from scheduler.placement.capacity import slice_violation, slices_satisfied
+from scheduler.placement.cost import estimate_cost
+from scheduler.placement.jobs import (
     KUEUE_SLICE_REQUIRED_TOPOLOGY, KUEUE_SLICE_SIZE, JobSpecError, TopologyConstraint, parse_slice_annotations,
 )
-from scheduler.manifests import gang_from_manifest
+from scheduler.handoff.manifests import gang_from_manifest
 from tests.placement.kueue_slices_reference import kueue_slices_reference
 from tests.placement.placement_builders import CLUSTER_LINK, HOST_LINK, RACK_LINK, make_cluster, make_gang
 from tests.placement.test_fast_policies import random_cluster

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.cost import axis_traffic, collective_factor, estimate_cost
-from scheduler.jobs import ModelShape
+from scheduler.placement.cost import axis_traffic, collective_factor, estimate_cost
+from scheduler.placement.jobs import ModelShape
 from tests.placement.placement_builders import HOST_LINK, RACK_LINK, SPINE_LINK, make_cluster, make_gang
 
 SMALL_MODEL = ModelShape(params=1e9, layers=2, hidden=1024, seq=1024, micro_batch=1, global_batch=1)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scheduler.jobs import JobSpecError
-from scheduler.manifests import gang_from_manifest, load_job
+from scheduler.placement.jobs import JobSpecError
+from scheduler.handoff.manifests import gang_from_manifest, load_job
 
 JOBS = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from plugins.policies import get_policy
-from scheduler.engine import place
-from scheduler.explain import explain
-from scheduler.layout import SUPPORTED_RANK_ORDERS
+from scheduler.placement.engine import place
+from scheduler.placement.explain import explain
+from scheduler.placement.layout import SUPPORTED_RANK_ORDERS
 from tests.placement.placement_builders import make_cluster, make_gang
 
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.engine import place
-from scheduler.jobs import AXES
-from scheduler.layout import axis_groups, parse_rank_order
+from scheduler.placement.engine import place
+from scheduler.placement.jobs import AXES
+from scheduler.placement.layout import axis_groups, parse_rank_order
 from tests.placement.placement_builders import make_cluster, make_gang
 
 POLICIES = ["meshfit", "kueue-tas", "volcano-hypernode", "random", "first-fit"]

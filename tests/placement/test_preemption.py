@@ -1,13 +1,13 @@
-"""Topology-first, whole-gang preemption plans (`scheduler.preemption`): who is evicted, where, and never what."""
+"""Topology-first, whole-gang preemption plans (`scheduler.gangs.preemption`): who is evicted, where, and never what."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.engine import place
-from scheduler.offered import offered_only
-from scheduler.preemption import Holder, plan_preemption
+from scheduler.placement.engine import place
+from scheduler.placement.offered import offered_only
+from scheduler.gangs.preemption import Holder, plan_preemption
 from tests.placement.placement_builders import make_cluster, make_gang
 
 

@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 from plugins.policies.meshfit import RELATIVE_TIE, MeshfitPolicy
 from plugins.policies.meshfit_search import ROOT, _pack, candidate_domains, slot_view
-from scheduler.cost import LayoutPricer, collective_factor, geometry, lower_bound_seconds
-from scheduler.jobs import AXES
+from scheduler.placement.cost import LayoutPricer, collective_factor, geometry, lower_bound_seconds
+from scheduler.placement.jobs import AXES
 from tests.placement.placement_builders import make_cluster, make_gang
 from topology.generator import generate_cluster
 
 
 def reference_price(pricer: LayoutPricer, pod_nodes: list[int]) -> tuple[float, dict[str, int]]:
-    """Rank-level pricing with the contention loop over every tier (the model as documented in scheduler.cost)."""
+    """Rank-level pricing with the contention loop over every tier (the model as documented in scheduler.placement.cost)."""
     geo = geometry(pricer.topo)
     node_of_rank = np.repeat(np.asarray(pod_nodes, dtype=np.int64), pricer.gang.gpus_per_pod)
     total, widest = 0.0, {}

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.engine import build_ranks
-from scheduler.handoff import AssignmentError, annotations_for_pod, parse_assignment
-from scheduler.jobs import AXES, Gang, Parallelism, PodSlot
-from scheduler.layout import rank_to_coords
-from scheduler.placement import PLACED, Placement
-from scheduler.rank_table import configmap_name, parse_rank_table, rank_table_configmap, rank_table_document
+from scheduler.placement.engine import build_ranks
+from scheduler.handoff.assignment import AssignmentError, annotations_for_pod, parse_assignment
+from scheduler.placement.jobs import AXES, Gang, Parallelism, PodSlot
+from scheduler.placement.layout import rank_to_coords
+from scheduler.placement.result import PLACED, Placement
+from scheduler.handoff.rank_table import configmap_name, parse_rank_table, rank_table_configmap, rank_table_document
 
 
 def make_placement(parallelism: str = "tp=2,pp=2,dp=2", gpus: int = 2, order: str = "tp-cp-ep-dp-pp") -> Placement:

@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.cli import app
-from scheduler.fabric import FabricConfigError, load_fabric_config, transport_env
-from scheduler.handoff import AssignmentError, annotations_for_pod
-from scheduler.launch import launch_environment, parse_downward_annotations, wait_for_gang
-from scheduler.layout import rank_to_coords
-from scheduler.rank_table import rank_table_document
+from scheduler.handoff.fabric import FabricConfigError, load_fabric_config, transport_env
+from scheduler.handoff.assignment import AssignmentError, annotations_for_pod
+from scheduler.handoff.launch import launch_environment, parse_downward_annotations, wait_for_gang
+from scheduler.placement.layout import rank_to_coords
+from scheduler.handoff.rank_table import rank_table_document
 from tests.runtime.test_handoff import make_placement
 
 FIXTURE = Path(__file__).parent / "fixtures" / "podinfo-annotations"

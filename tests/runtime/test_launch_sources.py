@@ -10,11 +10,11 @@ from typer.testing import CliRunner
 
 from plugins.handoffs import handoff_for_manifest
 from plugins.handoffs.podspec import pod_environment
-from scheduler.assignment_sources import assignment_from_environment, resolve_assignment
+from scheduler.handoff.assignment_sources import assignment_from_environment, resolve_assignment
 from scheduler.cli import app
-from scheduler.handoff import AssignmentError, annotations_for_pod, assignment_for_pod
-from scheduler.launch import read_assignment
-from scheduler.rank_table import parse_rank_table, rank_table_configmap, RANK_TABLE_KEY
+from scheduler.handoff.assignment import AssignmentError, annotations_for_pod, assignment_for_pod
+from scheduler.handoff.launch import read_assignment
+from scheduler.handoff.rank_table import parse_rank_table, rank_table_configmap, RANK_TABLE_KEY
 from tests.runtime.test_handoff import make_placement
 from tests.runtime.test_launch import write_downward
 from tests.runtime.test_render import placed

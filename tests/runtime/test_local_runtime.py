@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")
 from plugins.handoffs.local import LocalRunError, local_environments, run_local  # noqa: E402
 from plugins.handoffs.local_runtime.model import ModelConfig, reference_losses  # noqa: E402
 from plugins.handoffs.local_runtime.worker import TrainOptions  # noqa: E402
-from scheduler.engine import place  # noqa: E402
-from scheduler.jobs import AXES, Gang, Parallelism, PodSlot  # noqa: E402
+from scheduler.placement.engine import place  # noqa: E402
+from scheduler.placement.jobs import AXES, Gang, Parallelism, PodSlot  # noqa: E402
 from tests.builders import make_cluster  # noqa: E402
 
 STEPS = 12

@@ -13,8 +13,8 @@ from plugins.handoffs.render import placement_from_json, read_single_manifest
 from plugins.handoffs import handoff_for_manifest
 from plugins.handoffs.schemas import SchemaError, check_k8s, validate_rendered
 from scheduler.cli import app
-from scheduler.engine import place
-from scheduler.manifests import gang_from_manifest
+from scheduler.placement.engine import place
+from scheduler.handoff.manifests import gang_from_manifest
 from tests.builders import make_cluster
 
 JOBS = Path(__file__).parents[1] / "fixtures" / "jobs"

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from scheduler.service.app import build_scheduler, create_app
 from scheduler.service.binder_memory import MemoryBinder
 from scheduler.service.scheduling import GangScheduler
-from scheduler.state import ClusterState
+from scheduler.cache.state import ClusterState
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "kube-scheduler-v1.26"
 if not FIXTURES.exists():

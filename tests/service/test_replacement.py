@@ -7,7 +7,7 @@ import copy
 import pytest
 from pydantic import ValidationError
 
-from scheduler.node_health import NodeHealthSources
+from scheduler.gangs.health import NodeHealthSources
 from scheduler.service.actions import MemoryActions
 from scheduler.service.failures import FailureOptions
 from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_service

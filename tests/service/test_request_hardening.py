@@ -10,7 +10,7 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from scheduler.jobs import MAX_GANG_PODS, JobSpecError
+from scheduler.placement.jobs import MAX_GANG_PODS, JobSpecError
 from scheduler.service.app import build_scheduler, create_app
 from scheduler.service.binder_memory import MemoryBinder
 from scheduler.service.grpc_service import gang_from_spec

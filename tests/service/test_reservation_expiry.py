@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.jobs import Gang, Parallelism, PodSlot
-from scheduler.placement import PLACED, Placement
-from scheduler.reservations import SLOT_BOUND, ReservationLedger, reservation_key
+from scheduler.placement.jobs import Gang, Parallelism, PodSlot
+from scheduler.placement.result import PLACED, Placement
+from scheduler.gangs.ledger import SLOT_BOUND, ReservationLedger, reservation_key
 from tests.builders import make_cluster
 from tests.service.helpers import FakeClock
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.engine import build_ranks, place
-from scheduler.jobs import Gang, Parallelism, PodSlot
-from scheduler.reserve_ops import reserve_remaining
-from scheduler.reservations import ReservationLedger
+from scheduler.placement.engine import build_ranks, place
+from scheduler.placement.jobs import Gang, Parallelism, PodSlot
+from scheduler.gangs.reserve_ops import reserve_remaining
+from scheduler.gangs.ledger import ReservationLedger
 from scheduler.service.binding import reservation_placement
 from tests.builders import make_cluster
 from tests.service.helpers import FakeClock

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scheduler.handoff import parse_assignment
+from scheduler.handoff.assignment import parse_assignment
 
 from tests.service.helpers import filter_nodes, gang_pod, make_node, make_pod, make_service
 

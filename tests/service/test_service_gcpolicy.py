@@ -13,7 +13,7 @@ from scheduler.service.app import build_scheduler, create_app
 from scheduler.service.binder_memory import MemoryBinder
 from scheduler.service.gcpolicy import GcPauseRecorder, GcPolicy, collect_and_freeze
 from scheduler.service.metrics import LATENCY_BUCKETS, ServiceMetrics
-from scheduler.state import ClusterState
+from scheduler.cache.state import ClusterState
 
 from tests.service.helpers import FakeClock, make_node, make_nodes
 

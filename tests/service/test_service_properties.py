@@ -10,7 +10,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.membership import gang_from_membership, identify
+from scheduler.gangs.membership import gang_from_membership, identify
 from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_service
 
 GANGS = st.lists(st.tuples(st.integers(1, 4), st.sampled_from([2, 4, 8])), min_size=1, max_size=7)

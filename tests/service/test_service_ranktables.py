@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.engine import place
-from scheduler.jobs import Gang, Parallelism, PodSlot
-from scheduler.rank_table import (RANK_TABLE_KEY, configmap_name, encode_rank_table, parse_rank_table,
+from scheduler.placement.engine import place
+from scheduler.placement.jobs import Gang, Parallelism, PodSlot
+from scheduler.handoff.rank_table import (RANK_TABLE_KEY, configmap_name, encode_rank_table, parse_rank_table,
                                   rank_table_configmap, rank_table_document)
 from scheduler.service.app import build_scheduler, create_app
 from scheduler.service.binder_memory import MemoryBinder
 from scheduler.service.ranktables import MemoryRankTables
-from scheduler.state import ClusterState
+from scheduler.cache.state import ClusterState
 from starlette.testclient import TestClient
 
 from tests.builders import make_cluster

@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.handoff import parse_assignment
-from scheduler.jobs import DEFAULT_RANK_ORDER, parse_rank_order
-from scheduler.layout import SUPPORTED_RANK_ORDERS, rank_to_coords
+from scheduler.handoff.assignment import parse_assignment
+from scheduler.placement.jobs import DEFAULT_RANK_ORDER, parse_rank_order
+from scheduler.placement.layout import SUPPORTED_RANK_ORDERS, rank_to_coords
 from tests.service.helpers import Service, filter_nodes, gang_pod, make_nodes, make_pod, make_service
 
 SIZE, PARALLELISM = 4, "tp=8,pp=2,dp=2"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.state import ClusterState
+from scheduler.cache.state import ClusterState
 
 from tests.service.helpers import make_nodes, make_pod
 

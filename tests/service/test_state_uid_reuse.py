@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.state import ClusterState
+from scheduler.cache.state import ClusterState
 from tests.service.helpers import filter_nodes, make_nodes, make_pod, make_service
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduler.capacity import slices_satisfied
-from scheduler.jobs import Parallelism
+from scheduler.placement.capacity import slices_satisfied
+from scheduler.placement.jobs import Parallelism
 from simulations.cluster import ClusterSpec, build_cluster
 from simulations.config import KueueSlices
 from simulations.simulator import Simulator

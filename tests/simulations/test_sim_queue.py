@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from simulations import simulator as simulator_module
 from simulations.config import Backfill, QueueOrder
-from scheduler.backfill import reserve
+from scheduler.gangs.backfill import reserve
 from simulations.workload import Workload
 from simulations.metrics import JOB_COLUMNS
 from tests.simulations.sim_builders import make_config, make_jobs, simulate

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.cli import app
-from scheduler.fabric import FabricConfigError, load_fabric_config
+from scheduler.handoff.fabric import FabricConfigError, load_fabric_config
 from simulations.planner import PlanError, load_candidate
 from topology.config import parse_config
 from topology.model import TopologyError

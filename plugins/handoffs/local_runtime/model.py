@@ -16,7 +16,7 @@ from torch import nn
 
 from plugins.handoffs.local_runtime.tensor_parallel import copy_to_tp, reduce_from_tp
 from plugins.handoffs.local_runtime import RuntimeUnavailable
-from scheduler.jobs import Parallelism
+from scheduler.placement.jobs import Parallelism
 
 
 @dataclass(frozen=True)

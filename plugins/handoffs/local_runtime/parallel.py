@@ -9,8 +9,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from scheduler.jobs import AXES, Parallelism, parse_rank_order
-from scheduler.layout import axis_groups, rank_to_coords
+from scheduler.placement.jobs import AXES, Parallelism, parse_rank_order
+from scheduler.placement.layout import axis_groups, rank_to_coords
 
 
 @dataclass

@@ -25,7 +25,7 @@ from plugins.handoffs.local_runtime.parallel import (
     ParallelState, agree_to_stop, all_reduce_data_parallel_grads, build_parallel_state, global_step_loss,
     pipeline_train_step,
 )
-from scheduler.jobs import AXES, Parallelism
+from scheduler.placement.jobs import AXES, Parallelism
 
 
 @dataclass(frozen=True)

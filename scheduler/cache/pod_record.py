@@ -1,0 +1,56 @@
+"""`PodRecord`: what the cluster state keeps of one pod (identity, GPUs, node, gang membership)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.gangs.membership import membership_signature
+from scheduler.gangs.rendezvous import GivenRendezvous
+
+
+@dataclass
+class PodRecord:
+    """What the state keeps of one pod: identity, the node it holds GPUs on, and its gang."""
+
+    uid: str
+    namespace: str
+    name: str
+    gpus: int
+    node: str | None
+    phase: str
+    member: Any = None
+    member_error: str | None = None
+    fingerprint: tuple = ()
+    """What identification depended on; an unchanged fingerprint skips identifying again."""
+    given: GivenRendezvous | None = None
+    """The rendezvous its `meshfit.io/*` bind annotations state (bound gang members only)."""
+    priority: int = 0
+    """`spec.priority` (filled in from the PriorityClass by admission)."""
+    nominated: str = ""
+    """`status.nominatedNodeName` (meshfit nominates a member's reserved node when it requeues it)."""
+    cached_signature: tuple | None = field(default=None, repr=False, compare=False)
+    from_watch: bool = True
+    """Known from the API server (list/watch), not only from a request body."""
+    scheduler_name: str = ""
+    """`spec.schedulerName` (meshfit queues pending gangs of its own profile straight from the watch)."""
+    spares: int = 0
+    """Spare pod slots its gang asks for (`meshfit.io/spares`; see `scheduler.gangs.spares`)."""
+    preemption_policy: str = ""
+    """`spec.preemptionPolicy` ("Never": its gang never preempts others)."""
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`."""
+        return f"{self.namespace}/{self.name}"
+
+    def signature(self) -> tuple | None:
+        """`membership_signature` of its gang membership, computed once (each filter compares all members')."""
+        if self.cached_signature is None and self.member is not None:
+            self.cached_signature = membership_signature(self.member)
+        return self.cached_signature
+
+
+def int_or_zero(value: object) -> int:
+    """An integer field of a pod (priority), 0 when absent or malformed."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,1 @@
+"""Gangs: membership, the reservation ledger, the queue, preemption, elastic sizes, spares, health, restart."""

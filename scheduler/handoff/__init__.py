@@ -1,0 +1,1 @@
+"""Handoff: what a placed gang gives its runtime (rank tables, annotations, manifests, launcher)."""

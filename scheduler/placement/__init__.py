@@ -1,0 +1,1 @@
+"""Placement: jobs and their parallelism, rank layout, the cost model, policies and the engine."""

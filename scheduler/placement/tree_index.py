@@ -1,0 +1,52 @@
+"""A topology's static tree as plain lists and numpy arrays (`TreeIndex`), cached per topology.
+
+Generic over policies: the `meshfit` search and the baselines read it, and `scheduler.placement.result.engine.warm_caches`
+builds it after every topology rebuild.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from topology.model import ClusterTopology
+
+ROOT = -1
+"""Pseudo-domain id of the whole cluster (its children are the top-level domains)."""
+
+
+class TreeIndex:
+    """Static tree structure of a topology as plain lists and numpy arrays (cached per topology)."""
+
+    def __init__(self, topo: ClusterTopology) -> None:
+        self.levels = len(topo.levels)
+        self.paths = np.array([n.path for n in topo.nodes], dtype=np.int64).reshape(len(topo.nodes), self.levels)
+        self.domain_level = np.array([d.level for d in topo.domains], dtype=np.int64)
+        self.children: list[list[int]] = [list(d.children) for d in topo.domains]
+        self.root_children = [d.id for d in topo.domains if d.parent is None]
+        self.host_node = {d.id: d.nodes[0] for d in topo.domains if d.level == self.levels - 1}
+        self.ancestors = np.full((len(topo.domains), self.levels), -1, dtype=np.int64)
+        for d in topo.domains:
+            self.ancestors[d.id, : d.level + 1] = topo.nodes[d.nodes[0]].path[: d.level + 1]
+        self.oversubscribed = any(level.link.oversubscription > 1.0 for level in topo.levels)
+        self.path_lists: list[list[int]] = self.paths.tolist()
+        """`paths` as Python lists (cheaper than numpy for a handful of nodes)."""
+        self.level_domains = [np.flatnonzero(self.domain_level == level) for level in range(self.levels)]
+        """Domain ids of each level, ascending."""
+        self.size = (len(topo.nodes), len(topo.domains))
+
+    def kids(self, domain: int) -> list[int]:
+        """Children of a domain, or the top-level domains for ROOT."""
+        return self.root_children if domain == ROOT else self.children[domain]
+
+    def level_of(self, domain: int) -> int:
+        """Level of a domain (-1 for ROOT)."""
+        return ROOT if domain == ROOT else int(self.domain_level[domain])
+
+
+def tree_index(topo: ClusterTopology) -> TreeIndex:
+    """The cached `TreeIndex` of `topo` (rebuilt if nodes or domains changed)."""
+    cached = getattr(topo, "_meshfit_tree", None)
+    if cached is None or cached.size != (len(topo.nodes), len(topo.domains)):
+        cached = TreeIndex(topo)
+        topo._meshfit_tree = cached  # type: ignore[attr-defined]
+    return cached

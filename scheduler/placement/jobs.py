@@ -47,7 +47,8 @@ class JobSpecError(ValueError):
 
 
 def parse_key_values(text: str, what: str) -> dict[str, str]:
-    """Parse `"k=v,k2=v2"` (commas or semicolons; keys lower-cased); JobSpecError naming `what` if malformed."""
+    """Parse `"k=v,k2=v2"` (commas or semicolons; keys lower-cased); JobSpecError naming `what` if malformed or
+    a key repeats (`tp=8,dp=2,dp=3` is an error, never "the last one wins")."""
     pairs: dict[str, str] = {}
     for part in text.replace(";", ",").split(","):
         part = part.strip()
@@ -56,7 +57,10 @@ def parse_key_values(text: str, what: str) -> dict[str, str]:
         key, sep, value = part.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise JobSpecError(f"{what}: expected key=value, got {part!r}")
-        pairs[key.strip().lower()] = value.strip()
+        key = key.strip().lower()
+        if key in pairs:
+            raise JobSpecError(f"{what}: {key!r} is given twice ({key}={pairs[key]} and {key}={value.strip()})")
+        pairs[key] = value.strip()
     return pairs
 
 

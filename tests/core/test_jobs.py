@@ -29,7 +29,9 @@ def test_parallelism_parse(text: str, expected: Parallelism) -> None:
     ("tp=x", "positive integer"),
     ("zz=2", "unknown axis 'zz'"),
     ("tp", "expected key=value"),
-], ids=["zero", "fraction", "nan", "unknown-axis", "no-value"])
+    ("tp=8,dp=2,dp=3", "'dp' is given twice"),
+    ("TP=8,tp=8", "'tp' is given twice"),
+], ids=["zero", "fraction", "nan", "unknown-axis", "no-value", "repeated-axis", "repeated-any-case"])
 def test_parallelism_parse_errors(text: str, message: str) -> None:
     with pytest.raises(JobSpecError, match=message):
         Parallelism.parse(text)
@@ -69,3 +71,8 @@ def test_valid_gang_and_pod_ranks() -> None:
     gang.validate()
     assert gang.world_size == 8
     assert list(gang.pod_ranks(2)) == [4, 5]
+
+
+def test_a_repeated_model_key_is_an_error_too() -> None:
+    with pytest.raises(JobSpecError, match="'layers' is given twice"):
+        ModelShape.parse("params=7e9,layers=32,layers=80")

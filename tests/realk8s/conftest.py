@@ -3,8 +3,9 @@
 `control_plane` (session) starts etcd and kube-apiserver once; `kube` gives each test a clean slate
 (no Nodes, no pods left from earlier tests, a fresh namespace); `meshfit_scheduler(**options)`
 starts `meshfit serve` and then kube-scheduler pointed at it, and stops both at the test's end.
-Tests here are marked `realk8s` and skipped when the binaries (`$MESHFIT_K8S_BIN`) or openssl
-are missing.
+Tests here are marked `realk8s` and run once per Kubernetes version found (`tests.realk8s.binaries`:
+`$MESHFIT_K8S_BIN`, else the per-user cache; test ids carry `k8s-1.26`, `k8s-1.35`, ...), and are skipped
+with the reason when no binaries or no openssl are present.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 import pytest
 
+from tests.realk8s.binaries import K8sInstall, find_installs
 from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, missing_prerequisites
 
 _HERE = Path(__file__).resolve().parent
@@ -37,19 +39,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.realk8s)
 
 
-@pytest.fixture(scope="session")
-def control_plane(request: pytest.FixtureRequest) -> ControlPlane:
-    """etcd + kube-apiserver on free loopback ports, once per session (skips when binaries are missing)."""
+def _installs() -> list[K8sInstall | None]:
+    installs, _ = find_installs()
+    return list(installs) or [None]
+
+
+INSTALLS = _installs()
+
+
+@pytest.fixture(scope="session", params=INSTALLS, ids=[i.test_id if i else "k8s-none" for i in INSTALLS])
+def k8s_install(request: pytest.FixtureRequest) -> K8sInstall:
+    """One Kubernetes version's binaries (the suite runs once per version found); skips when there are none."""
     reason = missing_prerequisites()
-    if reason:
-        pytest.skip(reason)
-    plane = ControlPlane()
+    if reason or request.param is None:
+        pytest.skip(reason or "no Kubernetes binaries")
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest, k8s_install: K8sInstall) -> ControlPlane:
+    """etcd + kube-apiserver (+ kube-controller-manager when present) on loopback, once per version."""
+    plane = ControlPlane(k8s_install)
     request.addfinalizer(plane.stop)
     try:
         plane.start()
     except Exception as exc:  # noqa: BLE001 - show the logs, not only the exception
         plane.stop(keep_run_dir=True)
         pytest.fail(f"control plane did not start: {exc}\n{plane.tail_logs()}", pytrace=False)
+    if k8s_install.has("kube-controller-manager"):
+        try:
+            plane.start_controller_manager()
+        except Exception as exc:  # noqa: BLE001
+            pytest.fail(f"kube-controller-manager did not start: {exc}\n{plane.tail_logs()}", pytrace=False)
     plane.namespaces = []  # namespaces tests created (pods there are wiped before each test)
     return plane
 
@@ -74,9 +95,13 @@ def _admin_client(plane: ControlPlane) -> Any:
     return config.new_client_from_config(config_file=str(plane.kubeconfig))
 
 
-def _wipe(core: Any, namespaces: Sequence[str]) -> None:
-    """Delete pods of earlier tests' namespaces (grace 0: no kubelet would confirm) and all Nodes."""
+def _wipe(api_client: Any, core: Any, namespaces: Sequence[str]) -> None:
+    """Delete earlier tests' Jobs (no controller recreates their pods), their pods (grace 0: no kubelet would
+    confirm) and all Nodes."""
+    from kubernetes.client import BatchV1Api
+    batch = BatchV1Api(api_client)
     for namespace in namespaces:
+        batch.delete_collection_namespaced_job(namespace, propagation_policy="Background", grace_period_seconds=0)
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
     core.delete_collection_node()
 
@@ -85,8 +110,13 @@ def _create_namespace(core: Any) -> str:
     """A fresh namespace with its `default` ServiceAccount (no controller-manager would create it)."""
     name = f"t{next(_COUNTER)}-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    core.create_namespaced_service_account(name, {"apiVersion": "v1", "kind": "ServiceAccount",
-                                                  "metadata": {"name": "default"}})
+    from kubernetes.client.exceptions import ApiException
+    try:
+        core.create_namespaced_service_account(name, {"apiVersion": "v1", "kind": "ServiceAccount",
+                                                      "metadata": {"name": "default"}})
+    except ApiException as exc:
+        if exc.status != 409:  # the ServiceAccount controller made it first
+            raise
     return name
 
 
@@ -96,7 +126,7 @@ def kube(control_plane: ControlPlane) -> KubeEnv:
     from kubernetes.client import CoreV1Api
     api_client = _admin_client(control_plane)
     core = CoreV1Api(api_client)
-    _wipe(core, control_plane.namespaces)
+    _wipe(api_client, core, control_plane.namespaces)
     namespace = _create_namespace(core)
     control_plane.namespaces.append(namespace)
     env = KubeEnv(core=core, api_client=api_client, namespace=namespace, control_plane=control_plane)

@@ -1,7 +1,7 @@
 """Start and stop a loopback-only etcd + kube-apiserver (+ kube-scheduler, + meshfit serve) for tests.
 
-The envtest idea with genuine upstream binaries: they are found through `MESHFIT_K8S_BIN`
-(default `<repo root>/../shared/k8s/bin`); `missing_prerequisites()` says why tests must be skipped
+The envtest idea with genuine upstream binaries, found by `tests.realk8s.binaries` (`MESHFIT_K8S_BIN`, else
+the per-user cache, one folder per version); `missing_prerequisites()` says why tests must be skipped
 when a binary or openssl is absent.  Every process runs in its own session with its log in the run
 directory, and every process still alive when the interpreter exits is killed (atexit).
 """
@@ -24,28 +24,25 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Sequence
 
-BIN_ENV = "MESHFIT_K8S_BIN"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_BIN = REPO_ROOT.parent / "shared" / "k8s" / "bin"
+from tests.realk8s.binaries import K8sInstall, find_installs, missing_reason
+from tests.realk8s.pki import make_pki, write_kubeconfig
+
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
 GPU_RESOURCE = "nvidia.com/gpu"
+CONTROLLERS = ("job-controller", "garbage-collector-controller", "serviceaccount-controller",
+               "serviceaccount-token-controller", "replicaset-controller", "deployment-controller")
+"""kube-controller-manager's controllers the tests run (1.27+ names; node lifecycle and pod GC stay off:
+no kubelet heartbeats, and pods bound to deleted fake Nodes must stay)."""
 
 _LIVE: set["ManagedProcess"] = set()
 _PLANES: list["ControlPlane"] = []
 
 
-def k8s_bin_dir() -> Path:
-    """Folder holding etcd, kube-apiserver and kube-scheduler (`$MESHFIT_K8S_BIN` or the shared default)."""
-    return Path(os.environ.get(BIN_ENV) or DEFAULT_BIN)
-
-
-def missing_prerequisites(bin_dir: Path | None = None) -> str | None:
-    """Why a real control plane cannot start here (missing binary / openssl), None when it can."""
-    folder = bin_dir or k8s_bin_dir()
-    missing = [name for name in BINARIES if not os.access(folder / name, os.X_OK)]
-    if missing:
-        return (f"real-Kubernetes binaries {', '.join(missing)} not found in {folder}; "
-                f"set {BIN_ENV} to a folder with etcd, kube-apiserver and kube-scheduler")
+def missing_prerequisites() -> str | None:
+    """Why no real control plane can start here (no binaries, no openssl), None when one can."""
+    installs, problems = find_installs()
+    if not installs:
+        return missing_reason(problems)
     if shutil.which("openssl") is None:
         return "openssl not found on PATH (needed to make the control plane's PKI)"
     return None
@@ -154,56 +151,6 @@ def http_ok(url: str, context: ssl.SSLContext | None = None, token: str | None =
         return False
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-_APISERVER_CNF = """[req]
-distinguished_name = dn
-req_extensions = v3_req
-[dn]
-[v3_req]
-basicConstraints = CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
-subjectAltName = IP:127.0.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc
-"""
-
-
-def make_pki(pki: Path) -> None:
-    """CA, apiserver serving cert, service-account key pair and static tokens, as up.sh makes them."""
-    pki.mkdir(parents=True, exist_ok=True)
-    (pki / "apiserver.cnf").write_text(_APISERVER_CNF)
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-subj", "/CN=local-k8s-ca",
-             "-days", "365", "-out", "ca.crt", cwd=pki)
-    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-subj", "/CN=kube-apiserver",
-             "-out", "apiserver.csr", "-config", "apiserver.cnf", cwd=pki)
-    _openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "365", "-extensions", "v3_req", "-extfile", "apiserver.cnf", "-out", "apiserver.crt", cwd=pki)
-    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
-    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
-    admin, sched = os.urandom(24).hex(), os.urandom(24).hex()
-    (pki / "admin.token").write_text(admin)
-    (pki / "scheduler.token").write_text(sched)
-    (pki / "tokens.csv").write_text(f'{admin},admin,uid-admin,"system:masters"\n'
-                                    f"{sched},system:kube-scheduler,uid-kube-scheduler\n")
-    for path in pki.iterdir():
-        if path.suffix in (".key", ".token", ".csv"):
-            path.chmod(0o600)
-
-
-def write_kubeconfig(path: Path, server: str, ca: Path, user: str, token: str) -> Path:
-    """A token kubeconfig (JSON is valid YAML) for `user`."""
-    config = {"apiVersion": "v1", "kind": "Config",
-              "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority": str(ca)}}],
-              "users": [{"name": user, "user": {"token": token}}],
-              "contexts": [{"name": "local", "context": {"cluster": "local", "user": user, "namespace": "default"}}],
-              "current-context": "local"}
-    path.write_text(json.dumps(config, indent=2))
-    path.chmod(0o600)
-    return path
-
-
 def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bool = False,
                      percentage_of_nodes_to_score: int | None = None, pod_initial_backoff_seconds: int = 1,
                      pod_max_backoff_seconds: int = 10, extender_tls: dict | None = None) -> dict:
@@ -234,18 +181,30 @@ def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bo
 class ControlPlane:
     """etcd + kube-apiserver on free loopback ports in a temp run dir; kube-scheduler started on demand."""
 
-    def __init__(self, bin_dir: Path | None = None, run_dir: Path | None = None) -> None:
-        self.bin_dir = bin_dir or k8s_bin_dir()
+    def __init__(self, install: K8sInstall | None = None, run_dir: Path | None = None,
+                 feature_gates: str = "", runtime_config: str = "") -> None:
+        self.install = install or find_installs()[0][-1]
+        self.bin_dir = self.install.bin_dir
+        self.feature_gates, self.runtime_config = feature_gates, runtime_config
         self._own_run_dir = run_dir is None
         self.run_dir = run_dir or Path(tempfile.mkdtemp(prefix="meshfit-realk8s-"))
         self.pki, self.logs = self.run_dir / "pki", self.run_dir / "logs"
         self.etcd: ManagedProcess | None = None
         self.apiserver: ManagedProcess | None = None
         self.scheduler: ManagedProcess | None = None
+        self.controller_manager: ManagedProcess | None = None
         self.scheduler_options: dict = {}
         self.api_port = 0
         self.startup_seconds = 0.0
         _PLANES.append(self)
+
+    @property
+    def version(self) -> tuple[int, int, int]:
+        """The Kubernetes version of the binaries (what kube-apiserver --version prints)."""
+        return self.install.version
+
+    def _gates(self) -> list[str]:
+        return [f"--feature-gates={self.feature_gates}"] if self.feature_gates else []
 
     @property
     def server(self) -> str:
@@ -283,7 +242,7 @@ class ControlPlane:
                          (self.pki / "scheduler.token").read_text().strip())
         etcd_url, peer_url = f"http://127.0.0.1:{etcd_port}", f"http://127.0.0.1:{peer_port}"
         self.etcd = ManagedProcess("etcd", [
-            str(self.bin_dir / "etcd"), "--name", "local", "--data-dir", str(self.run_dir / "etcd-data"),
+            str(self.install.etcd), "--name", "local", "--data-dir", str(self.run_dir / "etcd-data"),
             "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
             "--initial-cluster", f"local={peer_url}", "--quota-backend-bytes", "2147483648",
@@ -299,7 +258,9 @@ class ControlPlane:
             f"--service-account-key-file={p / 'sa.pub'}", f"--service-account-signing-key-file={p / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/24", "--endpoint-reconciler-type=none",
             "--authorization-mode=RBAC", "--allow-privileged=true", "--profiling=false",
-            "--disable-admission-plugins=TaintNodesByCondition", "--v=1"], self.logs / "kube-apiserver.log").start()
+            "--disable-admission-plugins=TaintNodesByCondition", "--v=1", *self._gates(),
+            *([f"--runtime-config={self.runtime_config}"] if self.runtime_config else [])],
+            self.logs / "kube-apiserver.log").start()
         context, token = self.ssl_context(), self.admin_token
         wait_until(lambda: http_ok(f"{self.server}/readyz", context, token), 60, self.apiserver, "/readyz")
         self.startup_seconds = time.monotonic() - began
@@ -324,11 +285,41 @@ class ControlPlane:
         port = free_port()
         self.scheduler = ManagedProcess("kube-scheduler", [
             str(self.bin_dir / "kube-scheduler"), f"--config={config_path}", "--bind-address=127.0.0.1",
-            f"--secure-port={port}", f"--v={verbosity}", *extra_args], self.logs / "kube-scheduler.log").start()
+            f"--secure-port={port}", f"--v={verbosity}", *self._gates(), *extra_args],
+            self.logs / "kube-scheduler.log").start()
         insecure = ssl.create_default_context()
         insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
         wait_until(lambda: http_ok(f"https://127.0.0.1:{port}/healthz", insecure), 30, self.scheduler, "/healthz")
         return self.scheduler
+
+    def start_controller_manager(self, controllers: Sequence[str] | None = None) -> ManagedProcess:
+        """Start kube-controller-manager with the real workload controllers (Job, garbage collector, ...)."""
+        if not self.install.has("kube-controller-manager"):
+            raise RuntimeError(f"no kube-controller-manager in {self.bin_dir}")
+        if self.controller_manager is not None and self.controller_manager.alive():
+            return self.controller_manager
+        kubeconfig = write_kubeconfig(self.run_dir / "controller-manager.kubeconfig", self.server, self.pki / "ca.crt",
+                                      "system:kube-controller-manager",
+                                      (self.pki / "controller-manager.token").read_text().strip())
+        port = free_port()
+        self.controller_manager = ManagedProcess("kube-controller-manager", [
+            str(self.bin_dir / "kube-controller-manager"), f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
+            "--use-service-account-credentials=true", f"--service-account-private-key-file={self.pki / 'sa.key'}",
+            f"--root-ca-file={self.pki / 'ca.crt'}", f"--controllers={','.join(controllers or self._controllers())}",
+            "--concurrent-job-syncs=10", "--v=1", *self._gates()], self.logs / "kube-controller-manager.log").start()
+        insecure = ssl.create_default_context()
+        insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
+        wait_until(lambda: http_ok(f"https://127.0.0.1:{port}/healthz", insecure), 60, self.controller_manager,
+                   "/healthz")
+        return self.controller_manager
+
+    def _controllers(self) -> tuple[str, ...]:
+        """The test controllers under the names this version knows (`*-controller` from 1.28 on)."""
+        if self.install.at_least(1, 28):
+            return CONTROLLERS
+        return tuple(c.removesuffix("-controller").replace("garbage-collector", "garbagecollector") for c in CONTROLLERS)
 
     def stop_scheduler(self) -> None:
         """Stop kube-scheduler if it runs."""
@@ -344,12 +335,12 @@ class ControlPlane:
 
     def tail_logs(self, lines: int = 40, extra: Sequence[ManagedProcess] = ()) -> str:
         """Last log lines of every process (plus `extra` ones), for failure messages."""
-        own = [p for p in (self.etcd, self.apiserver, self.scheduler) if p is not None]
+        own = [p for p in (self.etcd, self.apiserver, self.scheduler, self.controller_manager) if p is not None]
         return "\n".join(p.tail(lines) for p in [*own, *extra])
 
     def stop(self, keep_run_dir: bool = False) -> None:
         """Stop scheduler, apiserver, etcd (SIGTERM, then SIGKILL); remove the temp run dir."""
-        for process in (self.scheduler, self.apiserver, self.etcd):
+        for process in (self.controller_manager, self.scheduler, self.apiserver, self.etcd):
             if process is not None:
                 process.stop()
         if self._own_run_dir and not keep_run_dir and not os.environ.get("MESHFIT_K8S_KEEP"):

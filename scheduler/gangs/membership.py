@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.gangs.sources import (
-    LABEL_GANG, GangMembership, GangSource, Lookup, NotAGangMember, labels, pod_gpus,
+    LABEL_GANG, GangMembership, GangSource, Lookup, NotAGangMember, annotations, labels, pod_gpus, pod_label,
 )
+from scheduler.placement.annotation_keys import check_meshfit_keys
 from scheduler.placement.jobs import (
     DEFAULT_RANK_ORDER,
     Gang,
@@ -57,8 +58,15 @@ def _no_objects(kind: str, namespace: str, name: str) -> None:
 
 
 def identify_with_sources(pod: dict, lookup: Lookup | None = None) -> GangMembership | None:
-    """The pod's gang membership from the registered sources (None = not in a gang); JobSpecError if inconsistent."""
+    """The pod's gang membership from the registered sources (None = not in a gang); JobSpecError if inconsistent.
+
+    A pod not yet bound with an unknown or empty `meshfit.io/*` key is refused (JobSpecError with a did-you-mean
+    hint), so a typo makes its gang wait with the reason rather than run with a default layout; a bound pod
+    is past placing and is read as it is."""
     lookup = lookup or _no_objects
+    spec = pod.get("spec")
+    if not (isinstance(spec, dict) and spec.get("nodeName")):
+        check_meshfit_keys(annotations(pod), labels(pod), pod_label(pod))
     if not labels(pod).get(LABEL_GANG) and pod_gpus(pod) == 0:
         return None
     sources = gang_sources()

@@ -20,6 +20,7 @@ from scheduler.placement.jobs import (
     TopologyConstraint, parse_key_values, parse_max_comm_ratio, parse_slice_annotations, pick_topology_level,
 )
 from scheduler.gangs.elastic import ANNOTATION_ELASTIC
+from scheduler.placement.annotation_keys import check_meshfit_keys
 from scheduler.handoff.manifest_kinds import READERS, JobPods, as_mapping, gpus_from_template
 
 KNOWN_KEYS = (ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, ANNOTATION_MODEL, ANNOTATION_REQUIRED_LEVEL,
@@ -63,9 +64,11 @@ def _identify(obj: Mapping[str, Any]) -> tuple[str, str, str]:
 
 
 def merged_annotations(sources: list[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
-    """meshfit/Kueue annotations from every source; JobSpecError if two sources disagree."""
+    """meshfit/Kueue annotations from every source; JobSpecError if two sources disagree or a `meshfit.io/*`
+    key is unknown (did-you-mean hint) or empty."""
     merged: dict[str, tuple[str, str]] = {}
     for where, annotations in sources:
+        check_meshfit_keys(annotations, None, where)
         for key in KNOWN_KEYS:
             if key not in annotations:
                 continue
@@ -129,6 +132,21 @@ def check_tp_fits_pods(gang: Gang) -> None:
                            "the other), so tensor-parallel groups would straddle pods unevenly")
 
 
+def _check_keys(job_name: str, meta: Mapping[str, Any], job: JobPods,
+                sources: list[tuple[str, Mapping[str, Any]]]) -> None:
+    """JobSpecError for an unknown or empty `meshfit.io/*` annotation or label on the job or its pod templates."""
+    for where, annotations in sources:
+        check_meshfit_keys(annotations, None, f"{job_name} {where}")
+    check_meshfit_keys(None, as_mapping(meta.get("labels"), "metadata.labels"), f"{job_name} metadata")
+    seen: set[int] = set()
+    for pod_name, template in job.pods:
+        if id(template) not in seen and isinstance(template, Mapping):
+            seen.add(id(template))
+            template_meta = template.get("metadata")
+            if isinstance(template_meta, Mapping) and isinstance(template_meta.get("labels"), Mapping):
+                check_meshfit_keys(None, template_meta["labels"], f"{job_name} pod template of {pod_name}")
+
+
 def gang_from_manifest(obj: Mapping[str, Any]) -> Gang:
     """Turn one manifest dict into a validated `Gang` (pods in rank-block order)."""
     if not isinstance(obj, Mapping):
@@ -141,6 +159,7 @@ def gang_from_manifest(obj: Mapping[str, Any]) -> Gang:
         raise JobSpecError(f"{kind} {namespace}/{name} has no pods")
     meta = as_mapping(obj.get("metadata"), "metadata")
     sources = [("metadata", as_mapping(meta.get("annotations"), "metadata.annotations")), *job.annotation_sources]
+    _check_keys(f"{kind} {namespace}/{name}", meta, job, sources)
     annotations = merged_annotations(sources)
     gpus = _pod_gpus(job)
     model_text = annotations.get(ANNOTATION_MODEL)

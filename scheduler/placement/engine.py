@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from scheduler.placement.capacity import constraint_levels, slice_level
 from scheduler.placement.cost import estimate_cost
 from scheduler.placement.jobs import (
     ANNOTATION_MAX_COMM_RATIO, AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, Gang, JobSpecError, parse_rank_order,
@@ -15,7 +16,7 @@ from scheduler.placement.jobs import (
 from scheduler.placement.layout import rank_coords_table
 from scheduler.placement.result import PLACED, UNSCHEDULABLE, Assignment, CostReport, Placement, RankInfo
 from scheduler.placement.policy import PlacementPolicy, get_policy
-from topology.model import ClusterTopology
+from topology.model import ClusterTopology, TopologyError
 
 DEFAULT_POLICY = "meshfit"
 
@@ -85,6 +86,16 @@ def comm_limit_exceeded(gang: Gang, cost: CostReport) -> str | None:
             f"{ANNOTATION_MAX_COMM_RATIO} {limit:g}: waiting for a better-aligned layout")
 
 
+def constraint_level_error(gang: Gang, topo: ClusterTopology) -> str | None:
+    """Why the gang's topology levels (required, preferred, Kueue slice) name no level of `topo`, None when they do."""
+    try:
+        constraint_levels(gang, topo)
+        slice_level(gang, topo)
+    except TopologyError as exc:
+        return f"topology constraint cannot be met: {exc}"
+    return None
+
+
 def place(gang: Gang, topo: ClusterTopology, policy: str | PlacementPolicy = DEFAULT_POLICY,
           with_ranks: bool = True) -> Placement:
     """Place the whole gang or nothing; raises JobSpecError for an invalid job, never mutates `topo`.
@@ -92,6 +103,9 @@ def place(gang: Gang, topo: ClusterTopology, policy: str | PlacementPolicy = DEF
     `with_ranks=False` leaves `Placement.ranks` empty (the simulator needs nodes and cost only)."""
     gang.validate()
     chosen = _resolve(policy)
+    unknown_level = constraint_level_error(gang, topo)
+    if unknown_level:  # every policy, also the ones that ignore constraints: a level typo is never dropped
+        return unschedulable(gang, chosen.name, unknown_level)
     if gang.world_size > topo.gpus_free:
         from scheduler.placement.explain import gpus_per_node_reason
 

@@ -66,7 +66,16 @@ def _node_labels(preset: Preset, name: str, index: int, nodes: int, seed: int) -
     return labels
 
 
-def _node_object(preset: Preset, name: str, labels: dict[str, str]) -> dict[str, Any]:
+def _node_info(preset: Preset, seed: int, index: int) -> dict[str, str]:
+    """`status.nodeInfo` with every field the API marks required (typed clients refuse a Node without them)."""
+    ids = _stable_ids(seed, "node", index)
+    return {"architecture": preset.architecture, "bootID": _stable_ids(seed, "boot", index)["uuid"],
+            "containerRuntimeVersion": "containerd://1.7.20", "kernelVersion": "5.15.0-119-generic",
+            "kubeProxyVersion": "", "kubeletVersion": "v1.30.4", "machineID": ids["uuid"].replace("-", ""),
+            "operatingSystem": "linux", "osImage": "Ubuntu 22.04.4 LTS", "systemUUID": ids["uuid"]}
+
+
+def _node_object(preset: Preset, name: str, labels: dict[str, str], node_info: dict[str, str]) -> dict[str, Any]:
     resources = {"cpu": preset.cpu, "memory": preset.memory, "ephemeral-storage": "3748905484Ki",
                  "nvidia.com/gpu": str(preset.gpus_per_node), "pods": "110"}
     return {
@@ -77,8 +86,7 @@ def _node_object(preset: Preset, name: str, labels: dict[str, str]) -> dict[str,
             "capacity": dict(resources), "allocatable": dict(resources),
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "kubelet is posting ready status"}],
-            "nodeInfo": {"architecture": preset.architecture, "kubeletVersion": "v1.30.4",
-                         "osImage": "Ubuntu 22.04.4 LTS", "containerRuntimeVersion": "containerd://1.7.20"},
+            "nodeInfo": node_info,
         },
     }
 
@@ -146,7 +154,8 @@ def generate_nodelist(
     _check_arguments(nodes, used_fraction, unhealthy)
     spec = get_preset(preset)
     names = _node_names(spec, nodes, seed)
-    items = [_node_object(spec, name, _node_labels(spec, name, i, nodes, seed)) for i, name in enumerate(names)]
+    items = [_node_object(spec, name, _node_labels(spec, name, i, nodes, seed), _node_info(spec, seed, i))
+             for i, name in enumerate(names)]
     broken = sorted(random.Random(f"{seed}:unhealthy").sample(range(nodes), unhealthy))
     for k, index in enumerate(broken):
         _make_unhealthy(items[index], _UNHEALTHY_KINDS[k % len(_UNHEALTHY_KINDS)])

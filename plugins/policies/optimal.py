@@ -153,7 +153,9 @@ class OptimalPolicy:
         self.max_pods, self.max_nodes, self.budget = max_pods, max_nodes, budget
         self.last_proven = True
 
-    def _refusal(self, gang: Gang, topo: ClusterTopology) -> str | None:
+    def instance_too_large(self, gang: Gang, topo: ClusterTopology) -> str | None:
+        """Why this instance is past the exact search's size limits (None when it is not); `meshfit place`
+        reports it as bad input (exit 2), not as an unschedulable gang."""
         view = slot_view(gang, topo)
         candidates = int(np.count_nonzero(view.node_slots))
         if len(gang.pods) > self.max_pods or candidates > self.max_nodes:
@@ -163,7 +165,7 @@ class OptimalPolicy:
 
     def assign(self, gang: Gang, topo: ClusterTopology) -> Assignment:
         """Search every rank order allowed; unschedulable if none fits or the instance is too big."""
-        reason = unschedulable_reason(gang, topo) or self._refusal(gang, topo)
+        reason = unschedulable_reason(gang, topo) or self.instance_too_large(gang, topo)
         if reason:
             return Assignment.unschedulable(reason)
         try:

@@ -49,6 +49,21 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
+def names_column(table: Any, header: str, names: list[str]) -> None:
+    """Add a column of names (nodes, pods) that is never cut: one name a line, as wide as the longest."""
+    table.add_column(header, no_wrap=True, min_width=max([len(header), *map(len, names)], default=len(header)))
+
+
+def print_table(table: Any, target: Console | None = None) -> None:
+    """Print a rich table; off a terminal (CI logs, pipes) at its natural width, so nothing is cut at 80 columns."""
+    out = target or console
+    if out.is_terminal:
+        out.print(table)
+        return
+    natural = out.measure(table, options=out.options.update_width(10_000)).maximum
+    Console(file=out.file, width=max(out.width, natural), no_color=out.no_color, highlight=False).print(table)
+
+
 def print_json(payload: Any) -> None:
     """Print JSON to stdout (sorted keys off: field order follows the contracts)."""
     sys.stdout.write(json.dumps(payload, indent=2) + "\n")

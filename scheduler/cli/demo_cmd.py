@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_document
+from scheduler.cli.common import OutputFormat, OutputOption, console, fail, names_column, print_document, print_table
 
 DEMO_PRESET = "hgx-h100"
 DEMO_NODES = 8
@@ -39,16 +39,21 @@ def place_with_each_policy(gang, topo) -> tuple[dict[str, Any], list[str]]:
     return placements, notes
 
 
-def _comparison_table(placements: dict[str, Any]) -> Table:
-    table = Table("policy", "nodes", "tp tier", "pp tier", "dp tier", "comm s/step", "lower bound",
-                  title="predicted communication per training step")
+def comparison_table(placements: dict[str, Any]) -> Table:
+    """Each policy's nodes (one a line, never cut), tiers and predicted seconds per step."""
+    table = Table(title="predicted communication per training step")
+    names_column(table, "policy", list(placements))
+    names_column(table, "nodes", [n for p in placements.values() for n in p.pod_nodes])
+    for header in ("tp tier", "pp tier", "dp tier", "comm s/step", "lower bound"):
+        table.add_column(header, overflow="fold")
     for name, placement in placements.items():
         if not placement.placed:
-            table.add_row(name, f"unschedulable: {placement.reason}", "", "", "", "", "")
+            table.add_row(name, "unschedulable (see the note below)", "", "", "", "", "")
             continue
         cost = placement.cost
-        table.add_row(name, ",".join(placement.pod_nodes), cost.tier_by_axis["tp"], cost.tier_by_axis["pp"],
-                      cost.tier_by_axis["dp"], f"{cost.step_comm_seconds:.6f}", f"{cost.lower_bound_seconds:.6f}")
+        table.add_row(name, "\n".join(dict.fromkeys(placement.pod_nodes)), cost.tier_by_axis["tp"],
+                      cost.tier_by_axis["pp"], cost.tier_by_axis["dp"], f"{cost.step_comm_seconds:.6f}",
+                      f"{cost.lower_bound_seconds:.6f}")
     return table
 
 
@@ -76,8 +81,8 @@ def demo_command(
         console.print(f"[bold]cluster[/bold]: {DEMO_NODES} x {DEMO_PRESET} nodes, {topo.gpus_free} GPUs free "
                       f"(levels {' > '.join(level.name for level in topo.levels)})")
         render_table(chosen)
-        console.print(_comparison_table(placements))
-        for note in notes:
+        print_table(comparison_table(placements))
+        for note in notes + [f"{n} unschedulable: {p.reason}" for n, p in placements.items() if not p.placed]:
             console.print(f"note: {note}")
     try:
         result = run_with_progress(chosen, TrainOptions(steps=steps, seed=seed), table_mode)

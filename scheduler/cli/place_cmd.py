@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from scheduler.cli.common import EXIT_UNSCHEDULABLE, OutputFormat, OutputOption, console, fail, print_document
+from scheduler.cli.common import (
+    EXIT_UNSCHEDULABLE, OutputFormat, OutputOption, console, fail, names_column, print_document, print_table,
+)
 from scheduler.placement.jobs import AXES, JobSpecError
 
 if TYPE_CHECKING:
@@ -60,10 +62,13 @@ def render_table(placement: Placement) -> None:
     gang = placement.gang
     console.print(f"[bold]{gang.key}[/bold] {placement.status} by {placement.policy} "
                   f"(world {gang.world_size}, {gang.parallelism}, order {placement.rank_order})")
-    pods = Table("pod", "name", "node", "ranks", title="pods")
+    pods = Table("pod", title="pods")
+    names_column(pods, "name", [pod.name for pod in gang.pods])
+    names_column(pods, "node", list(placement.pod_nodes))
+    pods.add_column("ranks", overflow="fold")
     for pod in gang.pods:
         pods.add_row(str(pod.index), pod.name, placement.pod_nodes[pod.index], _ranges(placement.pod_ranks(pod.index)))
-    console.print(pods)
+    print_table(pods)
     cost = placement.cost
     assert cost is not None
     axes = Table("axis", "degree", "tier", "seconds/step", title="communication cost")
@@ -71,7 +76,14 @@ def render_table(placement: Placement) -> None:
         axes.add_row(axis, str(gang.parallelism.degree(axis)), cost.tier_by_axis[axis], f"{cost.by_axis[axis]:.6f}")
     axes.add_row("total", "", "", f"{cost.step_comm_seconds:.6f}")
     axes.add_row("lower bound", "", "", f"{cost.lower_bound_seconds:.6f}")
-    console.print(axes)
+    print_table(axes)
+
+
+def _difference(chosen: float, other: float) -> str:
+    """`tie` for equal predicted seconds, else the signed difference (runner-up minus chosen)."""
+    from scheduler.placement.explain_layout import tied
+
+    return "tie" if tied(chosen, other) else f"{other - chosen:+.6f}"
 
 
 def explain_tables(report: dict, placed: bool) -> None:
@@ -87,7 +99,7 @@ def explain_tables(report: dict, placed: bool) -> None:
             label = f"{row['level']} ({row['fitting_domains']}/{row['domains']} fit)" if i == 0 else ""
             levels.add_row(label, best["domain"], f"{best['gpus_free']}/{best['gpus_total']}",
                            str(best["pod_slots"]), "yes" if best["fits"] else "no")
-    console.print(levels)
+    print_table(levels)
     if report["reservations"]:
         console.print("reservations holding GPUs: " + ", ".join(
             f"{key} ({gpus})" for key, gpus in report["reservations"].items()), highlight=False)
@@ -100,14 +112,14 @@ def explain_tables(report: dict, placed: bool) -> None:
         return
     title = (f"chosen {chosen['level']} {chosen['domain']} vs runner-up {other['level']} {other['domain']} "
              f"({comparison['excluded']})")
-    axes = Table("axis", "chosen s/step", "tier", "runner-up s/step", "tier", "difference", title=title)
+    axes = Table("axis", "chosen s/step", "tier", "runner-up s/step", "tier", "runner-up - chosen", title=title)
     for axis in AXES:
         a, b = chosen["by_axis"][axis], other["by_axis"][axis]
         axes.add_row(axis, f"{a:.6f}", chosen["tier_by_axis"][axis], f"{b:.6f}", other["tier_by_axis"][axis],
-                     f"{b - a:+.6f}")
-    axes.add_row("total", f"{chosen['step_comm_seconds']:.6f}", "", f"{other['step_comm_seconds']:.6f}", "",
-                 f"{other['step_comm_seconds'] - chosen['step_comm_seconds']:+.6f}")
-    console.print(axes)
+                     _difference(a, b))
+    a, b = chosen["step_comm_seconds"], other["step_comm_seconds"]
+    axes.add_row("total", f"{a:.6f}", "", f"{b:.6f}", "", _difference(a, b))
+    print_table(axes)
     console.print(f"why: {comparison['why']}", highlight=False)
 
 
@@ -117,6 +129,16 @@ def _report(gang, topo, policy: str, placement) -> dict:
 
     comparison = compare_with_runner_up(gang, topo, policy, placement) if placement.placed else None
     return explain_report(gang, topo, placement, comparison)
+
+
+def _check_policy_limits(policy: str, gang, topo: ClusterTopology) -> None:
+    """Exit 2 when the policy cannot take an instance this size (`instance_too_large`), naming another policy."""
+    from scheduler.placement.policy import get_policy
+
+    too_large = getattr(get_policy(policy), "instance_too_large", None)
+    why = too_large(gang, topo) if too_large is not None else None
+    if why:
+        fail(f"{why}: --policy {policy} is for small instances; use another policy (e.g. --policy meshfit)")
 
 
 def place_command(
@@ -137,6 +159,7 @@ def place_command(
         fail(str(exc))
     topo = _load_cluster(cluster, config)
     try:
+        _check_policy_limits(policy, gang, topo)
         placement = place(gang, topo, policy)
         report = _report(gang, topo, policy, placement) if explain_flag else None
     except (JobSpecError, ValueError) as exc:

@@ -130,6 +130,29 @@ def print_run_summary(result, output: OutputFormat) -> None:
         console.print(f"checkpoint: {result.checkpoint}")
 
 
+def _place_trainable(job: Path, cluster: Path, policy: str, seed: int):
+    """The job placed, after checking the local runtime can train its layout (exit 2 before any progress bar
+    when it cannot, e.g. cp or ep > 1; exit 3 when it does not fit)."""
+    from plugins.handoffs.local_runtime import RuntimeUnavailable
+    from plugins.handoffs.local_runtime.model import ModelConfig
+    from scheduler.cli.common import EXIT_UNSCHEDULABLE
+    from scheduler.cli.place_cmd import _load_cluster
+    from scheduler.handoff.manifests import load_job
+    from scheduler.placement.engine import place
+    from scheduler.placement.jobs import JobSpecError
+
+    try:
+        gang = load_job(job)
+        ModelConfig.for_parallelism(gang.parallelism, seed)
+        placement = place(gang, _load_cluster(cluster, None), policy)
+    except (JobSpecError, ValueError, RuntimeUnavailable) as exc:
+        fail(f"{exc} (meshfit place lays out and prices any layout)" if isinstance(exc, RuntimeUnavailable)
+             else str(exc))
+    if not placement.placed:
+        fail(f"{placement.gang.key} unschedulable by {placement.policy}: {placement.reason}", EXIT_UNSCHEDULABLE)
+    return placement
+
+
 def run_command(
     cluster: Path = typer.Option(..., "--cluster", help="NodeList or List (Nodes + Pods) file."),
     job: Path = typer.Option(..., "--job", help="Job manifest with meshfit.io/* annotations."),
@@ -143,11 +166,6 @@ def run_command(
 ) -> None:
     """Place the job, then train the example model on this machine with one process per rank (gloo)."""
     from plugins.handoffs.local_runtime.checkpoint import CheckpointError, latest_step_dir
-    from scheduler.cli.common import EXIT_UNSCHEDULABLE
-    from scheduler.cli.place_cmd import _load_cluster
-    from scheduler.placement.engine import place
-    from scheduler.placement.jobs import JobSpecError
-    from scheduler.handoff.manifests import load_job
 
     _import_runtime()
     from plugins.handoffs.local_runtime.worker import TrainOptions
@@ -159,12 +177,7 @@ def run_command(
             latest_step_dir(checkpoint_dir)
         except CheckpointError as exc:
             fail(str(exc))
-    try:
-        placement = place(load_job(job), _load_cluster(cluster, None), policy)
-    except (JobSpecError, ValueError) as exc:
-        fail(str(exc))
-    if not placement.placed:
-        fail(f"{placement.gang.key} unschedulable by {placement.policy}: {placement.reason}", EXIT_UNSCHEDULABLE)
+    placement = _place_trainable(job, cluster, policy, seed)
     options = TrainOptions(steps=steps, checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
                            checkpoint_every=checkpoint_every, resume=resume, seed=seed)
     try:

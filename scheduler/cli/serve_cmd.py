@@ -106,6 +106,12 @@ def _start_grpc(scheduler, port: int, host: str, tls: Any = None, auth: Any = No
     return serve_grpc(scheduler, address, tls=tls, auth=auth)
 
 
+def default_host(cluster: Optional[Path]) -> str:
+    """Listen address without `--host`: loopback for the embedded try-it-out mode (its /bind has no
+    authentication), every interface in real mode (in a pod, kube-scheduler connects from elsewhere)."""
+    return "127.0.0.1" if cluster is not None else "0.0.0.0"
+
+
 def check_flags(port: int, grpc_port: int, reservation_ttl: float, cluster: Optional[Path],
                 kubeconfig: Optional[Path]) -> str:
     """The one-line reason the flags cannot work together ("" when they can)."""
@@ -145,7 +151,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("serve")
     def serve(
-        host: str = typer.Option("0.0.0.0", "--host", help="Address to listen on."),
+        host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default: 127.0.0.1 with "
+                                           "--cluster, whose verbs have no authentication; 0.0.0.0 in real mode)."),
         port: int = typer.Option(8888, "--port", help="HTTP port (extender, Volcano, metrics)."),
         grpc_port: int = typer.Option(9090, "--grpc-port", help="gRPC port (0 disables gRPC)."),
         cluster: Optional[Path] = typer.Option(None, "--cluster", help="Embedded mode: NodeList/List file."),
@@ -223,6 +230,7 @@ def register(app: typer.Typer) -> None:
         from scheduler.service.server import PortError, bind_http_socket, serve_http
 
         reason = check_flags(port, grpc_port, reservation_ttl, cluster, kubeconfig)
+        host = host or default_host(cluster)
         if not reason and not (math.isfinite(completion_timeout) and completion_timeout > 0):
             reason = f"--gang-completion-timeout must be a number of seconds > 0, got {completion_timeout}"
         if not reason and max_body_bytes < 1:

@@ -4,7 +4,8 @@ The runner-up is the policy's best layout once the smallest domain holding the c
 away (held on a what-if copy of the free counts, restored afterwards).  When nothing else fits, the
 chosen nodes alone are taken away instead, so the comparison shows what the next-best nodes would
 cost.  The comparison lists, per parallelism axis, the predicted seconds per step and link tier of
-both layouts and the difference; equal costs mean the policy's tie-breakers decided.
+both layouts and the difference (`tie` where equal); equal totals mean the policy's tie-breakers decided,
+and the `why` line names both layouts.
 """
 
 from __future__ import annotations
@@ -61,11 +62,24 @@ def _side(topo: ClusterTopology, placement: Any) -> dict[str, Any]:
             "tier_by_axis": {axis: cost.tier_by_axis[axis] for axis in AXES}}
 
 
+def tied(a: float, b: float) -> bool:
+    """True when two predicted costs are equal within `RELATIVE_TIE` (both zero included)."""
+    return abs(a - b) <= RELATIVE_TIE * max(abs(a), abs(b), 1e-30)
+
+
+def _where(side: dict[str, Any]) -> str:
+    """`leaf su-000 (dgx-0, dgx-1, +2 more)`: a layout's domain and nodes, short."""
+    nodes = side["nodes"]
+    listed = ", ".join(nodes[:2]) + (f", +{len(nodes) - 2} more" if len(nodes) > 2 else "")
+    return f"{side['level']} {side['domain']} ({listed})"
+
+
 def _why(chosen: dict[str, Any], other: dict[str, Any]) -> str:
     total_a, total_b = chosen["step_comm_seconds"], other["step_comm_seconds"]
-    if abs(total_a - total_b) <= RELATIVE_TIE * max(abs(total_a), abs(total_b), 1e-30):
-        return ("same predicted communication per step; the policy's tie-breakers (fewest whole domains "
-                "broken, deeper domain, tightest fit) chose")
+    if tied(total_a, total_b):
+        return (f"tie: both layouts predict {total_a * 1e3:.4g} ms/step of communication, so the policy's "
+                f"tie-breakers (fewest whole domains broken, deeper domain, tightest fit) chose "
+                f"{_where(chosen)} over {_where(other)}")
     savings = sorted(((other["by_axis"][a] - chosen["by_axis"][a], a) for a in AXES), reverse=True)
     parts = [f"{axis} {delta * 1e3:.3g} ms/step ({chosen['tier_by_axis'][axis]} vs {other['tier_by_axis'][axis]})"
              for delta, axis in savings if delta > 0]
@@ -79,8 +93,9 @@ def compare_with_runner_up(gang: Gang, topo: ClusterTopology, policy: Any, chose
     other, excluded = runner_up(gang, topo, policy, chosen)
     chosen_side = _side(topo, chosen)
     if other is None:
-        return {"chosen": chosen_side, "runner_up": None, "excluded": excluded,
+        return {"chosen": chosen_side, "runner_up": None, "excluded": excluded, "tie": False,
                 "why": "the only layout that fits"}
     other_side = _side(topo, other)
     return {"chosen": chosen_side, "runner_up": other_side, "excluded": excluded,
+            "tie": tied(chosen_side["step_comm_seconds"], other_side["step_comm_seconds"]),
             "why": _why(chosen_side, other_side)}

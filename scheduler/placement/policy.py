@@ -18,7 +18,12 @@ from topology.model import ClusterTopology
 
 
 class PlacementPolicy(Protocol):
-    """Chooses a node for every pod of a gang, or says why it cannot; never mutates `topo`."""
+    """Chooses a node for every pod of a gang, or says why it cannot; never mutates `topo`.
+
+    A policy with size limits (the exact `optimal` search) may also define
+    `instance_too_large(gang, topo) -> str | None`: the CLI then reports an instance past them as bad
+    input (exit 2, with the reason) instead of an unschedulable gang that other policies would place.
+    """
 
     name: str
 

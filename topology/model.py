@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from topology.slots import PodSlots, SlotLog
+
 CLUSTER_TIER = "cluster"
 """Tier name used for traffic between two different top-level domains (no common domain)."""
 
@@ -114,6 +116,8 @@ class ClusterTopology:
         self.pods: dict[str, tuple[int, int]] = {}
         """Pod key -> (node index, GPUs) for every pod or reservation holding GPUs."""
         self._free_arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self._slot_log = SlotLog()
+        self._pod_slots: dict[int, PodSlots] = {}
         self.root_domain_ids: list[int] = [d.id for d in domains if d.parent is None]
         """Top-level domains: every node lies under exactly one of them."""
 
@@ -190,6 +194,21 @@ class ClusterTopology:
         nodes.flags.writeable = domains.flags.writeable = False
         return nodes, domains
 
+    def slots_for_pods(self, gpus_per_pod: int) -> PodSlots:
+        """Free slots for pods of `gpus_per_pod` GPUs per node and per domain, kept incrementally (read-only)."""
+        node_free = self.free_arrays()[0]
+        if getattr(self, "_pod_slots", None) is None:
+            self._slot_log, self._pod_slots = SlotLog(), {}
+        slots = self._pod_slots.get(gpus_per_pod)
+        if slots is None or slots.paths.shape[0] != len(self.nodes) or slots.domains != len(self.domains):
+            paths = np.array([n.path for n in self.nodes], dtype=np.int64).reshape(len(self.nodes), len(self.levels))
+            totals = np.array([n.gpus_total for n in self.nodes], dtype=np.int64)
+            slots = self._pod_slots[gpus_per_pod] = PodSlots(gpus_per_pod, paths, node_free, totals,
+                                                             len(self.domains), self._slot_log)
+        else:
+            slots.catch_up(node_free)
+        return slots
+
     def _propagate(self, node: Node, change: int) -> None:
         """Add `change` free GPUs to the node's domains (and the numpy mirrors when they exist)."""
         for domain_id in node.path:
@@ -199,6 +218,8 @@ class ClusterTopology:
             nodes[node.index] += change
             for domain_id in node.path:
                 domains[domain_id] += change
+        if getattr(self, "_pod_slots", None):
+            self._slot_log.record(node.index)
 
     def _adjust(self, node: Node, used_delta: int) -> None:
         before = node.gpus_free
@@ -262,6 +283,7 @@ class ClusterTopology:
     def recompute_free(self) -> None:
         """Recompute every domain's free GPUs from the nodes (O(nodes x levels))."""
         self._free_arrays = None
+        self._pod_slots = {}
         for d in self.domains:
             d.gpus_free = 0
         for node in self.nodes:

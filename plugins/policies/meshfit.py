@@ -15,77 +15,28 @@ places every sliced gang that Kueue would place, never at a higher predicted cos
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from plugins.policies.kueue_slices import assign_slices
+from plugins.policies.meshfit_candidates import (
+    RELATIVE_TIE, Candidate, DomainFloors, cannot_beat, clearly_costlier, costs_differ, whole_domains_broken,
+)
 from plugins.policies.meshfit_search import (
     BALANCE, PACK, ROOT, SPREAD, SlotView, candidate_domains, fill_domain, pod_axis_grid, pod_sequence, slot_view,
     virtual_orders,
 )
-from plugins.policies.kueue_slices import assign_slices
 from scheduler.placement.capacity import constraint_levels, slice_level
 from scheduler.placement.cost import LayoutPricer, lower_bound_seconds
 from scheduler.placement.explain import unschedulable_reason
 from scheduler.placement.jobs import AUTO_RANK_ORDER, Gang
 from scheduler.placement.layout import SUPPORTED_RANK_ORDERS
+from scheduler.placement.pricing import price_layouts, shared_pricer
 from scheduler.placement.result import Assignment
 from topology.model import ClusterTopology, TopologyError
 
 NAME = "meshfit"
-RELATIVE_TIE = 1e-9
-"""Costs closer than this (relative) are equal; fragmentation decides."""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One priced layout: pod -> node, its rank order, cost and fragmentation tie-breakers."""
-
-    pod_nodes: tuple[int, ...]
-    rank_order: str
-    cost: float
-    tie_break: tuple[int, int, int]
-
-    def beats(self, other: "Candidate | None") -> bool:
-        """True if this layout is cheaper, or as cheap and less fragmenting."""
-        if other is None:
-            return True
-        if costs_differ(self.cost, other.cost):
-            return self.cost < other.cost
-        return self.tie_break < other.tie_break
-
-
-def costs_differ(a: float, b: float) -> bool:
-    """True when two predicted costs differ by more than the relative tie tolerance."""
-    return abs(a - b) > RELATIVE_TIE * max(abs(a), abs(b), 1e-30)
-
-
-def clearly_costlier(cost: float, best_cost: float) -> bool:
-    """True when `cost` loses to `best_cost` whatever the tie-breakers say."""
-    return cost > best_cost and costs_differ(cost, best_cost)
-
-
-def whole_domains_broken(topo: ClusterTopology, view: SlotView, pod_nodes: np.ndarray) -> int:
-    """How many fully free domains (hosts included) this layout starts using."""
-    free = view.__dict__.get("_domain_free")
-    if free is None:
-        free = view.__dict__.setdefault("_domain_free", _domain_free(topo).tolist())
-    total = _domain_total(topo)
-    paths = view.tree.path_lists
-    touched = {domain for node in set(pod_nodes.tolist()) for domain in paths[node]}
-    return sum(1 for domain in touched if free[domain] == total[domain])
-
-
-def _domain_total(topo: ClusterTopology) -> list[int]:
-    cached = getattr(topo, "_meshfit_domain_total", None)
-    if cached is None or len(cached) != len(topo.domains):
-        cached = [d.gpus_total for d in topo.domains]
-        topo._meshfit_domain_total = cached  # type: ignore[attr-defined]
-    return cached
-
-
-def _domain_free(topo: ClusterTopology) -> np.ndarray:
-    return topo.free_arrays()[1]
+__all__ = ["NAME", "RELATIVE_TIE", "Candidate", "MeshfitPolicy", "SliceCheck", "clearly_costlier", "costs_differ",
+           "factory", "layout_plans", "plan_weights", "whole_domains_broken"]
 
 
 def layout_plans(gang: Gang, rank_order: str, weights: dict[str, float]) -> list[tuple[np.ndarray, list[int]]]:
@@ -102,10 +53,12 @@ class MeshfitPolicy:
 
     name = NAME
 
-    def __init__(self, per_level: int = 3, single_pod_shortcut: bool = True) -> None:
+    def __init__(self, per_level: int = 3, single_pod_shortcut: bool = True, prune: bool = True) -> None:
         self.per_level = per_level
         self.single_pod_shortcut = single_pod_shortcut
         """Answer one-pod gangs without the general search (same decisions; off only to test that)."""
+        self.prune = prune
+        """Skip domains whose floors cannot beat the incumbent (same decisions; off only to test that)."""
 
     def _candidates(self, gang: Gang, topo: ClusterTopology, view: SlotView) -> list[int]:
         """Candidate domains honouring required (hard) and preferred (soft) levels."""
@@ -120,20 +73,22 @@ class MeshfitPolicy:
     def _price_domain(self, topo: ClusterTopology, view: SlotView, domain: int, pricer: LayoutPricer, order: str,
                       plans: list[tuple[np.ndarray, list[int], str]], best: Candidate | None,
                       slices: "SliceCheck | None" = None) -> Candidate | None:
-        """Best layout of the gang inside one domain for one rank order (`plans`: sequence, blocks, strategy)."""
-        pods = len(pricer.gang.pods)
+        """Best layout of the gang inside one domain for one rank order (`plans`: sequence, blocks, strategy):
+        every plan filled, the new layouts priced in one call, then compared in plan order."""
+        pods = len(plans[0][0])
         level = view.tree.level_of(domain)
         leftover = view.slots(domain) - pods
+        layouts = []
         for sequence, blocks, strategy in plans:
             pod_nodes = np.empty(pods, dtype=np.int64)
             pod_nodes[sequence] = fill_domain(view, domain, pods, blocks, strategy)
-            if slices is not None and not slices.kept(pod_nodes):
-                continue
-            cost = pricer.step_seconds(pod_nodes)
+            if slices is None or slices.kept(pod_nodes):
+                layouts.append(pod_nodes)
+        for pod_nodes, cost in zip(layouts, layout_costs(pricer, layouts)):
             if best is not None and clearly_costlier(cost, best.cost):
                 continue  # cannot win even on tie-breaks: skip pricing its fragmentation
             tie = (whole_domains_broken(topo, view, pod_nodes), -level, leftover)
-            candidate = Candidate(tuple(int(n) for n in pod_nodes), order, cost, tie)
+            candidate = Candidate(tuple(pod_nodes.tolist()), order, cost, tie)
             if candidate.beats(best):
                 best = candidate
         return best
@@ -146,20 +101,26 @@ class MeshfitPolicy:
         costs the same and the first rank order wins ties; the host level is searched first and, when
         that cost reaches the lower bound, last.  Returns None when it does not (unusual link tiers):
         the general search then decides."""
-        tree = view.tree
-        hosts = candidate_domains(view, 1, tree.levels - 1, self.per_level)  # what the search visits first
-        if not hosts:
+        nodes = self._host_candidates(view)
+        if not nodes:
             return None
-        cost = LayoutPricer(gang, topo, order).price([tree.host_node[hosts[0]]])[0]
-        if cost > floor:
+        if one_pod_seconds(shared_pricer(gang, topo, order), nodes[0]) > floor:
             return None
-        best, best_tie = hosts[0], None
-        for domain in hosts:
-            node = np.array([tree.host_node[domain]], dtype=np.int64)
-            tie = (whole_domains_broken(topo, view, node), view.slots(domain) - 1)
+        best, best_tie = nodes[0], None
+        node_slots = view.node_slots
+        for node in nodes:
+            tie = (whole_domains_broken(topo, view, [node]), int(node_slots[node]) - 1)
             if best_tie is None or tie < best_tie:
-                best, best_tie = domain, tie
-        return Assignment((tree.host_node[best],), None, order)
+                best, best_tie = node, tie
+        return Assignment((best,), None, order)
+
+    def _host_candidates(self, view: SlotView) -> list[int]:
+        """Nodes of the host-level candidate domains for one pod, in the order the search visits them."""
+        if view.kept is not None:
+            fewest, roomiest = view.kept.fewest_and_roomiest_hosts(max(self.per_level - 1, 0))
+            return list(dict.fromkeys(fewest + [roomiest])) if roomiest is not None else []
+        tree = view.tree
+        return [tree.host_node[d] for d in candidate_domains(view, 1, tree.levels - 1, self.per_level)]
 
     def assign(self, gang: Gang, topo: ClusterTopology) -> Assignment:
         """Choose nodes and pod order for the whole gang, or say why it cannot fit."""
@@ -181,21 +142,51 @@ class MeshfitPolicy:
             return Assignment.unschedulable(unschedulable_reason(gang, topo) or "no domain can hold the gang")
         if isinstance(kueue, str):
             return Assignment.unschedulable(kueue)  # Kueue's slice placement fails only when no layout keeps the slices
-        best: Candidate | None = None
-        pricers = [LayoutPricer(gang, topo, order) for order in orders]
-        strategies = (PACK, BALANCE, SPREAD) if view.tree.oversubscribed else (PACK,)
-        plans = [[(sequence, blocks, strategy) for sequence, blocks in layout_plans(gang, order, plan_weights(pricer))
-                  for strategy in strategies] for pricer, order in zip(pricers, orders)]
-        for level in sorted({view.tree.level_of(d) for d in domains}, reverse=True):
-            for domain in (d for d in domains if view.tree.level_of(d) == level):
-                for pricer, order, order_plans in zip(pricers, orders, plans):
-                    best = self._price_domain(topo, view, domain, pricer, order, order_plans, best, slices)
-            if best is not None and best.cost <= floor:
-                break
+        pricers = [shared_pricer(gang, topo, order) for order in orders]
+        best = self._search(gang, topo, view, domains, pricers, orders, floor, slices)
         if kueue is not None:
             best = _with_kueue_layout(topo, view, pricers, orders, np.array(kueue, dtype=np.int64), best)
         assert best is not None
         return Assignment(best.pod_nodes, None, best.rank_order)
+
+    def _search(self, gang: Gang, topo: ClusterTopology, view: SlotView, domains: list[int],
+                pricers: list[LayoutPricer], orders: tuple[str, ...], floor: float,
+                slices: "SliceCheck | None") -> Candidate | None:
+        """The cheapest layout over candidate domains (deepest level first) x rank orders x plans."""
+        strategies = (PACK, BALANCE, SPREAD) if view.tree.oversubscribed else (PACK,)
+        plans = [[(sequence, blocks, strategy) for sequence, blocks in layout_plans(gang, order, plan_weights(pricer))
+                  for strategy in strategies] for pricer, order in zip(pricers, orders)]
+        floors = DomainFloors(topo, view, len(gang.pods)) if self.prune else None
+        best: Candidate | None = None
+        for level in sorted({view.tree.level_of(d) for d in domains}, reverse=True):
+            for domain in (d for d in domains if view.tree.level_of(d) == level):
+                for pricer, order, order_plans in zip(pricers, orders, plans):
+                    if floors is not None and best is not None and \
+                            cannot_beat(floors.cost(pricer, domain), floors.tie(domain), best):
+                        continue
+                    best = self._price_domain(topo, view, domain, pricer, order, order_plans, best, slices)
+            if best is not None and best.cost <= floor:
+                break
+        return best
+
+
+def layout_costs(pricer: LayoutPricer, layouts: list[np.ndarray]) -> list[float]:
+    """Step seconds of each layout: remembered ones from the pricer's memo, the others priced in one call."""
+    memo = pricer._memo
+    keys = [layout.tobytes() for layout in layouts]
+    fresh = list(dict.fromkeys(key for key in keys if key not in memo))
+    if fresh:
+        stack = np.frombuffer(b"".join(fresh), dtype=np.int64).reshape(len(fresh), -1)
+        memo.update(zip(fresh, price_layouts(pricer, stack)))
+    return [memo[key] for key in keys]
+
+
+def one_pod_seconds(pricer: LayoutPricer, node: int) -> float:
+    """Step seconds of a one-pod gang (the same on every node: all its groups sit inside the pod), cached."""
+    seconds = pricer.__dict__.get("_one_pod_seconds")
+    if seconds is None:
+        seconds = pricer.__dict__["_one_pod_seconds"] = pricer.price([node])[0]
+    return seconds
 
 
 class SliceCheck:

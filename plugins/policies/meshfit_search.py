@@ -20,6 +20,7 @@ from scheduler.placement.capacity import allowed_nodes
 from scheduler.placement.jobs import Gang, parse_rank_order
 from scheduler.placement.tree_index import ROOT, TreeIndex, tree_index
 from topology.model import ClusterTopology
+from topology.slots import PodSlots
 
 MAX_VIRTUAL_ORDERS = 6
 """At most this many pod-level axis nestings are priced per rank order."""
@@ -34,6 +35,8 @@ class SlotView:
     node_free: np.ndarray
     domain_slots: np.ndarray
     total: int
+    kept: PodSlots | None = None
+    """The topology's incrementally kept slots behind these arrays (None when restricted to assigned domains)."""
 
     @property
     def slot_list(self) -> list[int]:
@@ -78,15 +81,19 @@ class SlotView:
 
 
 def slot_view(gang: Gang, topo: ClusterTopology) -> SlotView:
-    """Free pod slots per node and per domain for `gang`, honouring its pre-assigned domains."""
+    """Free pod slots per node and per domain for `gang`, honouring its pre-assigned domains.
+
+    Without pre-assigned domains the arrays are the topology's incrementally kept ones (`slots_for_pods`):
+    live, read-only, valid until the topology next changes."""
     tree = tree_index(topo)
-    free = topo.free_arrays()[0]
-    slots = free // max(gang.gpus_per_pod, 1)
     allowed = allowed_nodes(gang, topo)
-    if allowed is not None:
-        mask = np.zeros(len(topo.nodes), dtype=bool)
-        mask[list(allowed)] = True
-        slots = np.where(mask, slots, 0)
+    if allowed is None:
+        slots = topo.slots_for_pods(max(gang.gpus_per_pod, 1))
+        return SlotView(tree, slots.node, topo.free_arrays()[0], slots.domain, slots.total, slots)
+    free = topo.free_arrays()[0]
+    mask = np.zeros(len(topo.nodes), dtype=bool)
+    mask[list(allowed)] = True
+    slots = np.where(mask, free // max(gang.gpus_per_pod, 1), 0)
     weights = np.repeat(slots, tree.levels).astype(np.float64)
     domain_slots = np.bincount(tree.paths.ravel(), weights=weights, minlength=len(topo.domains)).astype(np.int64)
     return SlotView(tree, slots, free, domain_slots, int(slots.sum()))

@@ -1,0 +1,138 @@
+"""Candidate layouts of the `meshfit` policy: how they compare, and floors that rule a domain out unfilled.
+
+A candidate is a priced layout with its fragmentation tie-breakers (whole domains it starts using, the
+negated level of the domain it was filled in, the slots that domain keeps free).  Before a domain is
+filled, `DomainFloors` gives a floor for every candidate it could produce: a floor on the cost
+(`pricing.floor_seconds`) and a floor on the tie-breakers (the level and leftover are exact; the whole
+domains broken are at least the wholly free hosts its pods cannot avoid, plus the domain and its
+ancestors when they are wholly free).  A domain whose floors cannot beat the incumbent is skipped: by
+construction it could not have replaced it, so the search decides exactly as without the floors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from plugins.policies.meshfit_search import ROOT, SlotView
+from scheduler.placement.cost import LayoutPricer
+from scheduler.placement.pricing import floor_seconds
+from topology.model import ClusterTopology
+
+RELATIVE_TIE = 1e-9
+"""Costs closer than this (relative) are equal; fragmentation decides."""
+SMALL_TOUCH = 48
+"""Layouts touching at most this many domains are checked for whole domains one by one, larger ones vectorised."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One priced layout: pod -> node, its rank order, cost and fragmentation tie-breakers."""
+
+    pod_nodes: tuple[int, ...]
+    rank_order: str
+    cost: float
+    tie_break: tuple[int, int, int]
+
+    def beats(self, other: "Candidate | None") -> bool:
+        """True if this layout is cheaper, or as cheap and less fragmenting."""
+        if other is None:
+            return True
+        if costs_differ(self.cost, other.cost):
+            return self.cost < other.cost
+        return self.tie_break < other.tie_break
+
+
+def costs_differ(a: float, b: float) -> bool:
+    """True when two predicted costs differ by more than the relative tie tolerance."""
+    return abs(a - b) > RELATIVE_TIE * max(abs(a), abs(b), 1e-30)
+
+
+def clearly_costlier(cost: float, best_cost: float) -> bool:
+    """True when `cost` loses to `best_cost` whatever the tie-breakers say."""
+    return cost > best_cost and costs_differ(cost, best_cost)
+
+
+def cannot_beat(cost_floor: float, tie_floor: tuple[int, int, int], best: Candidate | None) -> bool:
+    """True when no candidate costing at least `cost_floor` with tie-breakers at least `tie_floor` beats `best`."""
+    if best is None:
+        return False
+    if clearly_costlier(cost_floor, best.cost):
+        return True
+    if cost_floor < best.cost and costs_differ(cost_floor, best.cost):
+        return False  # it might be clearly cheaper
+    return tie_floor >= best.tie_break
+
+
+def domain_totals(topo: ClusterTopology) -> np.ndarray:
+    """GPUs per domain id (cached on the topology)."""
+    cached = getattr(topo, "_meshfit_domain_totals", None)
+    if cached is None or cached.shape[0] != len(topo.domains):
+        cached = np.array([d.gpus_total for d in topo.domains], dtype=np.int64)
+        topo._meshfit_domain_totals = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def whole_domains_broken(topo: ClusterTopology, view: SlotView, pod_nodes: np.ndarray | list[int]) -> int:
+    """How many fully free domains (hosts included) this layout starts using."""
+    free, total = topo.free_arrays()[1], domain_totals(topo)
+    paths = view.tree.path_lists
+    nodes = pod_nodes.tolist() if isinstance(pod_nodes, np.ndarray) else pod_nodes
+    touched = {domain for node in set(nodes) for domain in paths[node]}
+    if len(touched) <= SMALL_TOUCH:
+        return sum(1 for domain in touched if free[domain] == total[domain])
+    ids = np.fromiter(touched, dtype=np.int64, count=len(touched))
+    return int(np.count_nonzero(free[ids] == total[ids]))
+
+
+class DomainFloors:
+    """Floors on the cost and tie-breakers of any layout of one gang inside a candidate domain."""
+
+    def __init__(self, topo: ClusterTopology, view: SlotView, pods: int) -> None:
+        self.topo, self.view, self.pods = topo, view, pods
+        self.level_max: dict[int, int] = {}
+
+    def most_slots_at(self, level: int) -> int:
+        """The most slots any one domain of `level` has (cached per view)."""
+        if level not in self.level_max:
+            ids = self.view.tree.level_domains[level]
+            self.level_max[level] = int(self.view.domain_slots[ids].max()) if ids.size else 0
+        return self.level_max[level]
+
+    def deepest_level_holding(self, pods: int) -> int:
+        """The deepest level with a domain that has room for `pods` of the gang's pods (-1: only the cluster)."""
+        for level in range(self.view.tree.levels - 1, -1, -1):
+            if self.most_slots_at(level) >= pods:
+                return level
+        return ROOT
+
+    def cost(self, pricer: LayoutPricer, domain: int) -> float:
+        """Floor on the step seconds of any layout inside `domain` under `pricer`'s rank order."""
+        return floor_seconds(pricer, self.view.tree.level_of(domain), self.deepest_level_holding)
+
+    def tie(self, domain: int) -> tuple[int, int, int]:
+        """Floor on the tie-breakers (whole domains broken, -level, leftover slots) of a layout inside `domain`."""
+        view = self.view
+        level = view.tree.level_of(domain)
+        return self.broken(domain, level), -level, view.slots(domain) - self.pods
+
+    def broken(self, domain: int, level: int) -> int:
+        """Whole domains any layout of the gang inside `domain` must start using (a lower bound)."""
+        view, topo = self.view, self.topo
+        ancestors = 0
+        if domain != ROOT:
+            free, total = topo.free_arrays()[1], domain_totals(topo)
+            ancestors = sum(1 for d in view.tree.ancestors[domain, : level + 1].tolist() if free[d] == total[d])
+        kept = view.kept
+        if kept is None or level == view.tree.levels - 1 or kept.max_slots <= 0:
+            return ancestors
+        if domain == ROOT:
+            roots = view.tree.root_children
+            on_whole_hosts = int(kept.whole[roots].sum())
+        else:
+            on_whole_hosts = int(kept.whole[domain])
+        on_partial_hosts = view.slots(domain) - on_whole_hosts
+        unavoidable = self.pods - on_partial_hosts
+        return ancestors + (math.ceil(unavoidable / kept.max_slots) if unavoidable > 0 else 0)

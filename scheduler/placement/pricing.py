@@ -1,0 +1,137 @@
+"""Fast pricing for searches: shared pricers per job shape, many layouts priced in one call, and cost floors.
+
+`LayoutPricer.price` prices one layout with a few numpy calls per axis; a search proposes a dozen
+layouts per candidate domain, so the per-call overhead dominates.  `price_layouts` prices a stack of
+layouts with the same numpy calls over one more dimension; every number is computed by the same
+operations in the same order as `LayoutPricer.price`, so the results are identical, not just close.
+`floor_seconds` is a cheap lower bound on the step seconds of any layout inside one domain (each axis on
+the best tier its groups could reach there, without contention), used to skip candidates that cannot win.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from scheduler.placement.cost import LayoutPricer, _Geometry, _PodGroups, AxisTraffic, collective_factor, geometry
+from scheduler.placement.jobs import AXES, Gang, parse_rank_order
+from topology.model import ClusterTopology
+
+MEMO_LIMIT = 4096
+"""Layouts remembered per shared pricer before its memo is cleared."""
+FLOOR_SLACK = 1e-12
+"""Relative margin taken off a floor so float rounding can never put it above a layout's priced cost."""
+
+
+def shared_pricer(gang: Gang, topo: ClusterTopology, rank_order: str) -> LayoutPricer:
+    """A `LayoutPricer` for `gang`'s shape (parallelism, model, GPUs per pod) under `rank_order`, kept on the
+    topology's geometry: prices depend only on the shape, the layout and the static links, so layouts priced
+    for one gang are remembered for the next gang of the same shape."""
+    geo = geometry(topo)
+    cache = geo.__dict__.setdefault("shared_pricers", {})
+    key = (gang.parallelism, gang.model, gang.gpus_per_pod, parse_rank_order(rank_order))
+    pricer = cache.get(key)
+    if pricer is None:
+        pricer = cache[key] = LayoutPricer(gang, topo, rank_order)
+    elif len(pricer._memo) > MEMO_LIMIT:
+        pricer._memo.clear()
+    return pricer
+
+
+def _axis_seconds_many(geo: _Geometry, traffic: AxisTraffic, groups: _PodGroups, layouts: np.ndarray) -> np.ndarray:
+    """Per layout (rows of `layouts`), the axis's seconds per step: `cost._axis_cost` over a stack of layouts."""
+    count = layouts.shape[0]
+    member_paths = geo.paths[layouts[:, groups.pods]]  # (layouts, groups, members, levels)
+    same = (member_paths == member_paths[:, :, :1, :]).all(axis=2)
+    levels = np.cumprod(same, axis=2).sum(axis=2) - 1
+    bandwidth = geo.dedicated_bandwidth[levels + 1]
+    domains = geo.domain_gpus.shape[0]
+    offsets = (np.arange(count, dtype=np.int64) * domains)[:, None, None]
+    weights = np.broadcast_to(groups.weights, member_paths.shape[:3])
+    for lvl in geo.shared_levels:
+        link = geo.link(lvl)
+        crossing = levels <= lvl
+        if not crossing.any():
+            continue
+        child = member_paths[:, :, :, lvl + 1]
+        leaving = np.broadcast_to(crossing[:, :, None], child.shape)
+        keyed = child + offsets
+        counts = np.bincount(keyed[leaving], weights=weights[leaving], minlength=count * domains)
+        capacity = geo.domain_gpus[child] * link.bandwidth_gbps / link.oversubscription
+        per_gpu = np.minimum(link.bandwidth_gbps, capacity / np.maximum(counts[keyed], 1.0))
+        bandwidth = np.where(crossing, np.minimum(bandwidth, per_gpu.min(axis=2)), bandwidth)
+    host_link = geo.link(geo.host)
+    bandwidth = np.where(np.isinf(bandwidth), host_link.bandwidth_gbps, bandwidth)
+    seconds = (geo.latency_s[levels + 1]
+               + traffic.bytes_per_call / (bandwidth * 1e9) * collective_factor(traffic.collective, groups.ranks))
+    return seconds.max(axis=1)
+
+
+def price_layouts(pricer: LayoutPricer, layouts: np.ndarray) -> list[float]:
+    """Step seconds of every layout (row: node per pod), equal to `pricer.price(row)[0]` for each row."""
+    layouts = np.asarray(layouts, dtype=np.int64)
+    by_axis: dict[str, list[float]] = {}
+    for axis, groups in pricer.pod_groups.items():
+        if groups.pods.shape[1] == 1:
+            if axis not in pricer._inside_pods:
+                pricer.price(layouts[0])
+            by_axis[axis] = [pricer._inside_pods[axis][0]] * layouts.shape[0]
+        else:
+            calls = pricer.traffic[axis].calls_per_step
+            by_axis[axis] = [float(worst) * calls for worst in
+                             _axis_seconds_many(pricer.geo, pricer.traffic[axis], groups, layouts).tolist()]
+    columns = [by_axis.get(axis) for axis in AXES]
+    return [sum(column[row] if column is not None else 0.0 for column in columns) for row in range(layouts.shape[0])]
+
+
+def tier_seconds(geo: _Geometry, traffic: AxisTraffic, ranks: int) -> np.ndarray:
+    """Indexed by common level + 1: the least seconds per call one group of `ranks` ranks can take there
+    (the tier's uncontended bandwidth: no layout gets more)."""
+    table = np.empty(geo.host + 2)
+    factor = collective_factor(traffic.collective, ranks)
+    for common in range(-1, geo.host + 1):
+        bandwidth = geo.dedicated_bandwidth[common + 1]
+        for lvl in geo.shared_levels:
+            if lvl >= common:
+                bandwidth = min(bandwidth, geo.link(lvl).bandwidth_gbps)
+        if np.isinf(bandwidth):
+            bandwidth = geo.link(geo.host).bandwidth_gbps
+        table[common + 1] = geo.latency_s[common + 1] + traffic.bytes_per_call / (bandwidth * 1e9) * factor
+    return table
+
+
+def _floor_terms(pricer: LayoutPricer) -> list[tuple[int, np.ndarray, float] | float]:
+    """Per axis: its exact seconds when every group sits inside one pod, else (fewest distinct pods per group,
+    least seconds per call by common level + 1, calls per step); cached on the pricer."""
+    terms = pricer.__dict__.get("_floor_terms")
+    if terms is None:
+        terms = []
+        for axis, groups in pricer.pod_groups.items():
+            traffic = pricer.traffic[axis]
+            if groups.pods.shape[1] == 1:
+                if axis not in pricer._inside_pods:
+                    pricer.price(np.zeros(len(pricer.gang.pods), dtype=np.int64))
+                terms.append(pricer._inside_pods[axis][0])
+                continue
+            members = min(np.unique(row).size for row in groups.pods)
+            terms.append((members, tier_seconds(pricer.geo, traffic, groups.ranks), traffic.calls_per_step))
+        pricer.__dict__["_floor_terms"] = terms
+    return terms
+
+
+def floor_seconds(pricer: LayoutPricer, outer_level: int, deepest_level_holding: Callable[[int], int]) -> float:
+    """A lower bound on the step seconds of any layout whose pods all lie in one domain at `outer_level`.
+
+    Every group's common level is at least `outer_level` and at most the deepest level at which some domain
+    has room for that many of the gang's pods (`deepest_level_holding(pods)`); each axis costs at least its
+    best tier in that range."""
+    total = 0.0
+    for term in _floor_terms(pricer):
+        if isinstance(term, float):
+            total += term
+            continue
+        members, seconds, calls = term
+        deepest = max(deepest_level_holding(members), outer_level)
+        total += float(seconds[outer_level + 1: deepest + 2].min()) * calls
+    return total * (1.0 - FLOOR_SLACK)

@@ -1,13 +1,23 @@
 """Metrics of one simulation run: time series samples, per-job records and the DESIGN summary row.
 
+Every metric is named for what it measures (definitions and units also in simulations/README.md):
+
 - JCT = completion - submit; queueing delay = first start - submit (completed jobs).
-- utilisation = GPU-seconds held by jobs / (all GPUs x time) over the arrival window [first submit,
-  last submit] (the whole run when all jobs arrive at once), so a long drain tail does not dilute it.
+- `jct_slowdown_mean` = mean over completed jobs of JCT / ideal runtime (the trace duration, floored at
+  `SLOWDOWN_FLOOR_SECONDS` so a 1-second job does not dominate; >= 1): queueing *and* layout stretch.
+- `comm_slowdown_mean` = mean runtime stretch of completed jobs: runtime on their layouts / ideal runtime
+  (`config.RuntimeModel`; queueing not included).
+- `gpu_allocation` = GPU-seconds held by running jobs / (all GPUs x time) over the arrival window [first
+  submit, last submit] (the whole run when all jobs arrive at once), so a long drain tail does not dilute
+  it.  A policy whose layouts stretch runtimes holds GPUs longer for the same work, so a *higher*
+  allocation is not better by itself.  `utilization` is the same number under its DESIGN name (an alias).
+- `useful_work` = the same window's GPU-seconds of progress at ideal speed / (all GPUs x time): each
+  running job counts GPUs / its runtime stretch (work later lost to a failure still counts).  This is
+  what `gpu_allocation` would be if every layout ran at its ideal speed; higher is better.
 - fragmentation (per sample) = free GPUs on nodes too small for any waiting job's pod, as a share
   of all GPUs (0 when nobody waits); the summary gives the mean over samples.
 - NVLink domains broken (per sample) = NVLink domains (hosts where the NVLink island is the node)
   with both free and used GPUs.
-- comm slowdown (per job) = runtime multiplier of its placements (`config.RuntimeModel`).
 - ETTR (`summary.json`) = sum of GPUs x productive time / sum of GPUs x (completion - first start);
   `details.json` also has `ettr_submit`, the same over (completion - submission), so first queueing
   counts too.  Productive time = running time whose progress was kept (checkpointed or finished):
@@ -26,12 +36,16 @@ import numpy as np
 from simulations.jobstate import DONE, RunJob
 
 SUMMARY_KEYS = ("jobs", "completed", "jct_mean", "jct_p50", "jct_p99", "queue_mean", "utilization",
-                "fragmentation_mean", "comm_slowdown_mean", "ettr")
-"""Per-policy keys of `summary.json`, in DESIGN order."""
-SAMPLE_COLUMNS = ("time", "busy_gpus", "utilization", "queued_jobs", "running_jobs", "free_gpus",
-                  "stranded_gpus", "fragmentation", "nvlink_domains_broken", "nodes_down", "ideal_utilization")
-"""Time-series columns; `utilization` counts GPUs held (stretched runtime), `ideal_utilization` the GPU-seconds
-an ideal placement would need for the same progress (GPUs / runtime stretch)."""
+                "fragmentation_mean", "comm_slowdown_mean", "ettr", "gpu_allocation", "useful_work",
+                "jct_slowdown_mean")
+"""Per-policy keys of `summary.json`: the DESIGN ones in DESIGN order (`utilization` = `gpu_allocation`), then the
+ones added since."""
+SLOWDOWN_FLOOR_SECONDS = 10.0
+"""Ideal runtimes shorter than this count as this long in `jct_slowdown_mean` (bounded slowdown, Feitelson's 10 s)."""
+SAMPLE_COLUMNS = ("time", "busy_gpus", "gpu_allocation", "queued_jobs", "running_jobs", "free_gpus",
+                  "stranded_gpus", "fragmentation", "nvlink_domains_broken", "nodes_down", "useful_work")
+"""Time-series columns; `gpu_allocation` = GPUs held / all GPUs, `useful_work` = running GPUs weighted by
+1 / runtime stretch / all GPUs (the summary's keys of the same names are their window averages)."""
 JOB_COLUMNS = ("job_id", "gpus", "submit", "first_start", "end", "queue_delay", "jct", "status", "reason",
                "comm_slowdown", "comm_ratio", "widest_tier", "restarts", "productive_seconds", "lost_seconds")
 
@@ -72,15 +86,16 @@ def job_row(rj: RunJob) -> tuple:
 
 
 def summarize(jobs: list[RunJob], total_gpus: int, busy_gpu_seconds: float, span: tuple[float, float],
-              samples: list[tuple]) -> dict[str, Any]:
-    """The DESIGN `summary.json` row of one policy."""
+              samples: list[tuple], useful_gpu_seconds: float | None = None) -> dict[str, Any]:
+    """The `summary.json` row of one policy; `busy_gpu_seconds` / `useful_gpu_seconds` are over `span`."""
     done = [rj for rj in jobs if rj.state == DONE]
     jct = np.array([rj.end - rj.job.submit for rj in done], dtype=np.float64)
     wait = np.array([rj.first_start - rj.job.submit for rj in done], dtype=np.float64)
     held = sum(rj.gpus * (rj.end - rj.first_start) for rj in done)
     productive = sum(rj.gpus * rj.productive for rj in done)
-    length = max(span[1] - span[0], 1e-9)
+    capacity = total_gpus * max(span[1] - span[0], 1e-9)
     frag_col = SAMPLE_COLUMNS.index("fragmentation")
+    allocation = _round(busy_gpu_seconds / capacity)
     return {
         "jobs": len(jobs),
         "completed": len(done),
@@ -88,11 +103,19 @@ def summarize(jobs: list[RunJob], total_gpus: int, busy_gpu_seconds: float, span
         "jct_p50": _round(_percentile(jct, 50)),
         "jct_p99": _round(_percentile(jct, 99)),
         "queue_mean": _round(wait.mean()) if wait.size else 0.0,
-        "utilization": _round(busy_gpu_seconds / (total_gpus * length)),
+        "utilization": allocation,
         "fragmentation_mean": _round(np.mean([s[frag_col] for s in samples])) if samples else 0.0,
         "comm_slowdown_mean": _round(np.mean([rj.mean_slowdown for rj in done])) if done else 1.0,
         "ettr": _round(productive / held) if held > 0 else 1.0,
+        "gpu_allocation": allocation,
+        "useful_work": _round((busy_gpu_seconds if useful_gpu_seconds is None else useful_gpu_seconds) / capacity),
+        "jct_slowdown_mean": _round(np.mean([jct_slowdown(rj) for rj in done])) if done else 1.0,
     }
+
+
+def jct_slowdown(rj: RunJob) -> float:
+    """JCT over the ideal runtime (floored at `SLOWDOWN_FLOOR_SECONDS`), at least 1."""
+    return max(1.0, (rj.end - rj.job.submit) / max(rj.job.duration, SLOWDOWN_FLOOR_SECONDS))
 
 
 def failure_metrics(jobs: list[RunJob], recovery: dict[str, int]) -> dict[str, Any]:

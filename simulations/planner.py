@@ -91,7 +91,8 @@ def plan_row(name: str, result: RunResult, price: float | None) -> dict[str, Any
         "completed": summary["completed"], "jobs": summary["jobs"],
         "throughput_jobs_per_hour": info["throughput_jobs_per_hour"],
         "jct_mean": summary["jct_mean"], "jct_p99": summary["jct_p99"], "queue_mean": summary["queue_mean"],
-        "utilization": summary["utilization"], "comm_slowdown_mean": summary["comm_slowdown_mean"],
+        "utilization": summary["utilization"], "gpu_allocation": summary["gpu_allocation"],
+        "useful_work": summary["useful_work"], "comm_slowdown_mean": summary["comm_slowdown_mean"],
         "makespan_hours": hours, "useful_gpu_hours": useful,
         "price_per_gpu_hour": price, "cost_per_useful_gpu_hour": None if cost is None else round(cost, 4),
     }
@@ -137,11 +138,12 @@ def run_plan(candidate_files: list[Path], workload_file: Path | None, synthetic:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "plan.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        from simulations.plots import plot_jct_cdf, plot_plan, plot_utilization
+        from simulations.plots import plot_allocation, plot_jct_cdf, plot_plan, plot_useful_work
 
         plot_plan(out / "plan.png", ranked)
         plot_jct_cdf(out / "jct_cdf.png", results, False, multi_cluster=True)
-        plot_utilization(out / "utilization.png", results, False, multi_cluster=True)
+        plot_allocation(out / "gpu_allocation.png", results, False, multi_cluster=True)
+        plot_useful_work(out / "useful_work.png", results, False, multi_cluster=True)
     return document
 
 

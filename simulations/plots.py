@@ -1,9 +1,9 @@
-"""Matplotlib (Agg) plots: JCT CDF, utilisation over time, queue length over time, planner bars.
+"""Matplotlib (Agg) plots: JCT CDF, GPU allocation and useful work over time, queue length, planner bars.
 
 Every run gets its own colour, marker and line style, so runs that coincide stay visible (later
-runs are drawn thinner on top of earlier ones); every plot has a title and units.  The utilisation
-plot counts *ideal* GPU-seconds: a running job adds its GPUs divided by its runtime stretch, so a
-policy whose layouts slow jobs down does not look busier for it.
+runs are drawn thinner on top of earlier ones); every plot has a title and units.  Each time-series plot
+shows the quantity the summary table reports under the same name (`gpu_allocation`: GPUs held;
+`useful_work`: GPUs weighted by 1 / runtime stretch), so table and plot never disagree on what they mean.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":")
 MARKS_PER_LINE = 12
 """Markers drawn along each line (not on every point, so dense series stay readable)."""
-UTILIZATION_TITLE = "GPU utilisation counting ideal GPU-seconds (GPUs / runtime stretch)"
+ALLOCATION_TITLE = "gpu_allocation: share of GPUs held by running jobs"
+USEFUL_WORK_TITLE = "useful_work: share of GPUs doing work at ideal speed (GPUs held / runtime stretch)"
 QUEUE_TITLE = "Queued jobs over time"
 
 
@@ -92,24 +93,31 @@ def plot_series(path: Path, results: list[RunResult], column: str, ylabel: str, 
     _save(fig, path)
 
 
-def plot_utilization(path: Path, results: list[RunResult], multi_seed: bool, multi_cluster: bool = False) -> None:
-    """Utilisation over time counting ideal GPU-seconds (share of the cluster's GPUs, 0-1)."""
-    plot_series(path, results, "ideal_utilization", "share of GPUs doing ideal work (0-1)", multi_seed,
-                multi_cluster, title=UTILIZATION_TITLE)
+def plot_allocation(path: Path, results: list[RunResult], multi_seed: bool, multi_cluster: bool = False) -> None:
+    """`gpu_allocation` over time: GPUs held by running jobs, as a share of the cluster's GPUs (0-1)."""
+    plot_series(path, results, "gpu_allocation", "GPUs held / all GPUs (0-1)", multi_seed, multi_cluster,
+                title=ALLOCATION_TITLE)
+
+
+def plot_useful_work(path: Path, results: list[RunResult], multi_seed: bool, multi_cluster: bool = False) -> None:
+    """`useful_work` over time: running GPUs weighted by 1 / runtime stretch, as a share of all GPUs (0-1)."""
+    plot_series(path, results, "useful_work", "GPUs at ideal speed / all GPUs (0-1)", multi_seed, multi_cluster,
+                title=USEFUL_WORK_TITLE)
 
 
 def plot_runs(out_dir: Path, results: list[RunResult], multi_seed: bool, multi_cluster: bool = False) -> None:
     """The standard plot set of a simulation directory."""
     plot_jct_cdf(out_dir / "jct_cdf.png", results, multi_seed, multi_cluster)
-    plot_utilization(out_dir / "utilization.png", results, multi_seed, multi_cluster)
+    plot_allocation(out_dir / "gpu_allocation.png", results, multi_seed, multi_cluster)
+    plot_useful_work(out_dir / "useful_work.png", results, multi_seed, multi_cluster)
     plot_series(out_dir / "queue_length.png", results, "queued_jobs", "queued jobs (count)", multi_seed,
                 multi_cluster, title=QUEUE_TITLE)
 
 
 def plot_plan(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Bar charts comparing planner candidates: mean JCT, utilisation, cost per useful GPU-hour."""
+    """Bar charts comparing planner candidates: mean JCT, useful work, cost per useful GPU-hour."""
     names = [row["candidate"] for row in rows]
-    metrics = [("jct_mean", "mean JCT", "seconds"), ("utilization", "GPU utilisation (GPUs held)", "share 0-1"),
+    metrics = [("jct_mean", "mean JCT", "seconds"), ("useful_work", "useful_work (GPUs at ideal speed)", "share 0-1"),
                ("cost_per_useful_gpu_hour", "cost per useful GPU-hour", "price units / GPU-h")]
     fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 4))
     for ax, (key, title, unit) in zip(axes, metrics):

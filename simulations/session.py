@@ -1,4 +1,4 @@
-"""What the `simulate` and `plan` commands do, minus option parsing: inputs, runs, outputs, tables.
+"""What the `simulate` and `plan` commands do, minus option parsing: inputs, runs, outputs (tables: `simulations.tables`).
 
 Every input problem is raised as `InputError` (one line) so the CLI can exit 2 without a traceback.
 """
@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from simulations.cluster import ClusterSpec, build_cluster
 from simulations.config import SimConfig
-from simulations.metrics import SUMMARY_KEYS, RunResult
+from simulations.metrics import RunResult
 from simulations.runner import RunSpec, SweepError, run_many
 from simulations.workload import DEFAULT_MAX_TP, Workload, infer_parallelism
 from topology.strict import did_you_mean, unknown_name_message
@@ -130,34 +130,6 @@ def execute(specs: list[RunSpec], workload: Workload, workers: int | None, dask:
 def stdout_is_tty() -> bool:
     """True when a human is watching (progress bars on)."""
     return sys.stdout.isatty()
-
-
-def summary_table(document: dict[str, Any], title: str) -> Any:
-    """A rich table of the per-policy summary rows."""
-    from rich.table import Table
-
-    table = Table(title=title)
-    table.add_column("policy")
-    for key in SUMMARY_KEYS:
-        table.add_column(key, justify="right")
-    for name, row in document["policies"].items():
-        table.add_row(name, *(f"{row[k]:.4g}" if isinstance(row[k], float) else str(row[k]) for k in SUMMARY_KEYS))
-    return table
-
-
-def plan_table(rows: list[dict[str, Any]], key: str) -> Any:
-    """A rich table of ranked planner candidates."""
-    from rich.table import Table
-
-    table = Table(title=f"candidates ranked by {key}")
-    columns = ("rank", "candidate", "gpus", "completed", "throughput_jobs_per_hour", "jct_mean", "jct_p99",
-               "utilization", "comm_slowdown_mean", "cost_per_useful_gpu_hour")
-    for column in columns:
-        table.add_column(column.replace("_", " "), justify="left" if column == "candidate" else "right")
-    for row in rows:
-        table.add_row(*("-" if row[c] is None else f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c])
-                        for c in columns))
-    return table
 
 
 def base_config(seed: int, **settings: Any) -> SimConfig:

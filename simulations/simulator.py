@@ -349,7 +349,7 @@ class Simulator:
         span = (first, max(last, self.now) if self.config.horizon_seconds else last)
         window = (first, self.window_end) if self.window_end > first else span
         samples = self.sampler.rows
-        summary = summarize(self.jobs, self.total_gpus, self.window_busy, window, samples)
+        summary = summarize(self.jobs, self.total_gpus, self.window_busy, window, samples, self.window_ideal)
         wall = time.perf_counter() - started
         info = details(self.jobs, dict(self.counters), span)
         info.update(failure_metrics(self.jobs, self.recovery.counters))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_document
+from scheduler.cli.common import OutputFormat, OutputOption, console, fail, print_document, print_table
 from simulations.config import Backfill, KueueSlices, QueueOrder, Recovery
 
 RUNTIME_HELP = "Runtime model: share of raw step time that is communication at the ideal placement."
@@ -90,6 +90,7 @@ def simulate_command(
     from simulations import session
     from simulations.report import summary_document, write_outputs
     from simulations.runner import sweep_specs
+    from simulations.tables import legend_lines, summary_table
 
     output = legacy_format or output
     try:
@@ -116,7 +117,9 @@ def simulate_command(
     if output != OutputFormat.table:
         print_document(document, output)
         return
-    console.print(session.summary_table(document, f"{len(workload.jobs)} jobs on {spec.label()} ({gpus} GPUs)"))
+    print_table(summary_table(document, f"{len(workload.jobs)} jobs on {spec.label()} ({gpus} GPUs)"))
+    for line in legend_lines():
+        console.print(line, highlight=False, markup=False)
     console.print(f"{document['events']} events in {document['wall_seconds']:.2f} s "
                   f"({document['events'] / max(document['wall_seconds'], 1e-9):,.0f} events/s)"
                   + (f"; outputs in {out_dir}" if out_dir is not None else ""))
@@ -146,6 +149,7 @@ def plan_command(
     """Compare candidate topologies on the same workload; print them ranked (cost, else mean JCT)."""
     from simulations import session
     from simulations.planner import run_plan
+    from simulations.tables import plan_table
 
     try:
         document = run_plan(candidate, workload_file, synthetic, load, arrival_scale, policy,
@@ -157,7 +161,7 @@ def plan_command(
     if output != OutputFormat.table:
         print_document(document, output)
         return
-    console.print(session.plan_table(document["candidates"], document["ranked_by"]))
+    print_table(plan_table(document["candidates"], document["ranked_by"]))
     if out is not None:
         console.print(f"plan.json and plan.png in {out}")
 

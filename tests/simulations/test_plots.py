@@ -1,5 +1,5 @@
-"""Simulation plots people can read: distinct overlapping series, titles and units everywhere, and a
-utilisation that counts ideal GPU-seconds so a slower policy does not look busier."""
+"""Simulation plots people can read: distinct overlapping series, titles and units everywhere, GPU allocation
+and useful work (GPUs / runtime stretch) plotted apart, so a slower policy does not look better for being busier."""
 
 from __future__ import annotations
 
@@ -43,31 +43,33 @@ def test_every_plot_has_a_title_and_axis_units(tmp_path, figures):
     _, result = simulate(make_workload(), "first-fit")
     twin = simulate(make_workload(), "kueue-tas")[1]
     plots.plot_runs(tmp_path, [result, twin], multi_seed=False)
-    plots.plot_plan(tmp_path / "plan.png", [{"candidate": "a", "jct_mean": 10.0, "utilization": 0.5,
+    plots.plot_plan(tmp_path / "plan.png", [{"candidate": "a", "jct_mean": 10.0, "useful_work": 0.5,
                                              "cost_per_useful_gpu_hour": 2.0}])
-    assert [path.name for _, path in figures] == ["jct_cdf.png", "utilization.png", "queue_length.png", "plan.png"]
+    assert [path.name for _, path in figures] == ["jct_cdf.png", "gpu_allocation.png", "useful_work.png",
+                                                  "queue_length.png", "plan.png"]
     for fig, path in figures:
         for ax in fig.axes:
             assert ax.get_title() and ax.get_ylabel(), path.name
     assert "(s" in figures[0][0].axes[0].get_xlabel()
-    assert all(fig.axes[0].get_xlabel() == "simulated time (h)" for fig, _ in figures[1:3])
-    assert [ax.get_ylabel() for ax in figures[3][0].axes] == ["seconds", "share 0-1", "price units / GPU-h"]
-    utilization_axes = figures[1][0].axes[0]
-    assert "ideal GPU-seconds" in utilization_axes.get_title()
-    lines = utilization_axes.get_lines()
+    assert all(fig.axes[0].get_xlabel() == "simulated time (h)" for fig, _ in figures[1:4])
+    assert [ax.get_ylabel() for ax in figures[4][0].axes] == ["seconds", "share 0-1", "price units / GPU-h"]
+    assert figures[1][0].axes[0].get_title().startswith("gpu_allocation:")
+    useful_axes = figures[2][0].axes[0]
+    assert useful_axes.get_title().startswith("useful_work:")
+    lines = useful_axes.get_lines()
     assert len(lines) == 2 and lines[0].get_marker() != lines[1].get_marker()
     assert lines[0].get_linestyle() != lines[1].get_linestyle()
 
 
-def test_ideal_utilization_never_exceeds_gpus_held(stretched_run):
-    held, ideal = SAMPLE_COLUMNS.index("utilization"), SAMPLE_COLUMNS.index("ideal_utilization")
-    assert all(row[ideal] <= row[held] + 1e-6 for row in stretched_run.samples)
-    assert stretched_run.details["ideal_utilization"] < stretched_run.summary["utilization"]
-    assert stretched_run.details["ideal_utilization"] > 0
+def test_useful_work_never_exceeds_gpu_allocation(stretched_run):
+    held, useful = SAMPLE_COLUMNS.index("gpu_allocation"), SAMPLE_COLUMNS.index("useful_work")
+    assert all(row[useful] <= row[held] + 1e-6 for row in stretched_run.samples)
+    assert 0 < stretched_run.summary["useful_work"] < stretched_run.summary["gpu_allocation"]
+    assert stretched_run.summary["useful_work"] == stretched_run.details["ideal_utilization"]
 
 
-def test_ideal_utilization_equals_held_without_stretch():
+def test_useful_work_equals_gpu_allocation_without_stretch():
     single_gpu_jobs = make_workload([(10.0 * i, 300.0, 1) for i in range(12)])  # no communication, no stretch
     _, result = simulate(single_gpu_jobs, "first-fit")
-    assert result.summary["utilization"] > 0
-    assert result.details["ideal_utilization"] == pytest.approx(result.summary["utilization"], abs=1e-6)
+    assert result.summary["gpu_allocation"] == result.summary["utilization"] > 0
+    assert result.summary["useful_work"] == pytest.approx(result.summary["gpu_allocation"], abs=1e-6)

@@ -118,7 +118,9 @@ def test_outputs_include_series_jobs_and_plots(tmp_path):
     assert set(document) == {"policies", "wall_seconds", "events"}
     assert list(document["policies"]["first-fit"]) == ["jobs", "completed", "jct_mean", "jct_p50", "jct_p99",
                                                        "queue_mean", "utilization", "fragmentation_mean",
-                                                       "comm_slowdown_mean", "ettr"]
-    for name in ("timeseries-first-fit.csv", "jobs-first-fit.csv", "jct_cdf.png", "utilization.png",
+                                                       "comm_slowdown_mean", "ettr", "gpu_allocation",
+                                                       "useful_work", "jct_slowdown_mean"]
+    for name in ("timeseries-first-fit.csv", "jobs-first-fit.csv", "jct_cdf.png", "gpu_allocation.png",
+                 "useful_work.png",
                  "queue_length.png", "details.json", "runs.csv"):
         assert (tmp_path / name).stat().st_size > 0

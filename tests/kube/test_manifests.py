@@ -32,8 +32,8 @@ CORE_GROUPS = ("v1", "apps/v1", "rbac.authorization.k8s.io/v1", "policy/v1", "ne
 def load_all() -> list[tuple[str, dict]]:
     """(file name, object) for every document under manifests/."""
     docs = []
-    for path in sorted(MANIFESTS.glob("*.yaml")):
-        docs += [(path.name, d) for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    for path in sorted(p for p in MANIFESTS.glob("*.yaml") if p.name != "kustomization.yaml"):  # kustomize's, not
+        docs += [(path.name, d) for d in yaml.safe_load_all(path.read_text()) if d is not None]  # an API object
     return docs
 
 

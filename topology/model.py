@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from topology.slots import PodSlots, SlotLog
+from topology.slots import HostsByFree, LevelTree, PodSlots, SlotLog
 
 CLUSTER_TIER = "cluster"
 """Tier name used for traffic between two different top-level domains (no common domain)."""
@@ -118,8 +118,17 @@ class ClusterTopology:
         self._free_arrays: tuple[np.ndarray, np.ndarray] | None = None
         self._slot_log = SlotLog()
         self._pod_slots: dict[int, PodSlots] = {}
+        self._hosts_by_free: HostsByFree | None = None
         self.root_domain_ids: list[int] = [d.id for d in domains if d.parent is None]
         """Top-level domains: every node lies under exactly one of them."""
+
+    _DERIVED = ("_free_arrays", "_free_views", "_slot_tree", "_slot_log", "_pod_slots", "_hosts_by_free")
+    """Incrementally kept mirrors: not copied or pickled (numpy views would lose their base), rebuilt on use."""
+
+    def __getstate__(self) -> dict:
+        state = {key: value for key, value in self.__dict__.items() if key not in self._DERIVED}
+        state["_free_arrays"], state["_hosts_by_free"] = None, None
+        return state
 
     # ----- coordinates -------------------------------------------------------------------
     @property
@@ -190,24 +199,47 @@ class ClusterTopology:
             nodes = np.fromiter((n.gpus_free for n in self.nodes), dtype=np.int64, count=len(self.nodes))
             domains = np.fromiter((d.gpus_free for d in self.domains), dtype=np.int64, count=len(self.domains))
             self._free_arrays = (nodes, domains)
-        nodes, domains = (array.view() for array in self._free_arrays)  # read-only views of the live arrays
-        nodes.flags.writeable = domains.flags.writeable = False
-        return nodes, domains
+            views = tuple(array.view() for array in self._free_arrays)  # read-only views of the live arrays
+            for view in views:
+                view.flags.writeable = False
+            self._free_views = views
+        return self._free_views
 
     def slots_for_pods(self, gpus_per_pod: int) -> PodSlots:
         """Free slots for pods of `gpus_per_pod` GPUs per node and per domain, kept incrementally (read-only)."""
         node_free = self.free_arrays()[0]
-        if getattr(self, "_pod_slots", None) is None:
-            self._slot_log, self._pod_slots = SlotLog(), {}
+        tree = self._level_tree()
         slots = self._pod_slots.get(gpus_per_pod)
-        if slots is None or slots.paths.shape[0] != len(self.nodes) or slots.domains != len(self.domains):
-            paths = np.array([n.path for n in self.nodes], dtype=np.int64).reshape(len(self.nodes), len(self.levels))
-            totals = np.array([n.gpus_total for n in self.nodes], dtype=np.int64)
-            slots = self._pod_slots[gpus_per_pod] = PodSlots(gpus_per_pod, paths, node_free, totals,
-                                                             len(self.domains), self._slot_log)
+        if slots is None or slots.tree is not tree:
+            slots = self._pod_slots[gpus_per_pod] = PodSlots(gpus_per_pod, tree, node_free, self._node_totals(),
+                                                             self._slot_log)
         else:
             slots.catch_up(node_free)
         return slots
+
+    def hosts_by_free(self) -> HostsByFree:
+        """Hosts grouped by free GPUs, kept up to date on every change (read-only)."""
+        node_free = self.free_arrays()[0]
+        tree = self._level_tree()
+        hosts = getattr(self, "_hosts_by_free", None)
+        if hosts is None or hosts.tree is not tree:
+            hosts = self._hosts_by_free = HostsByFree(tree, node_free, self._node_totals())
+        return hosts
+
+    def _level_tree(self) -> LevelTree:
+        """The static tree as level arrays (rebuilt, with everything derived from it, if nodes or domains changed)."""
+        tree = getattr(self, "_slot_tree", None)
+        if tree is None or tree.paths.shape[0] != len(self.nodes) or tree.domains != len(self.domains):
+            paths = np.array([n.path for n in self.nodes], dtype=np.int64).reshape(len(self.nodes), len(self.levels))
+            levels = np.array([d.level for d in self.domains], dtype=np.int64)
+            parents = np.array([-1 if d.parent is None else d.parent for d in self.domains], dtype=np.int64)
+            tree = self._slot_tree = LevelTree(paths, levels, parents)
+            self._slot_log, self._pod_slots, self._hosts_by_free = SlotLog(), {}, None
+        return tree
+
+    def _node_totals(self) -> np.ndarray:
+        """GPUs per node index (schedulable or not)."""
+        return np.fromiter((n.gpus_total for n in self.nodes), dtype=np.int64, count=len(self.nodes))
 
     def _propagate(self, node: Node, change: int) -> None:
         """Add `change` free GPUs to the node's domains (and the numpy mirrors when they exist)."""
@@ -220,6 +252,9 @@ class ClusterTopology:
                 domains[domain_id] += change
         if getattr(self, "_pod_slots", None):
             self._slot_log.record(node.index)
+        hosts = getattr(self, "_hosts_by_free", None)
+        if hosts is not None and not hosts.moved(node.index, node.gpus_free - change, node.gpus_free):
+            self._hosts_by_free = None
 
     def _adjust(self, node: Node, used_delta: int) -> None:
         before = node.gpus_free
@@ -283,7 +318,7 @@ class ClusterTopology:
     def recompute_free(self) -> None:
         """Recompute every domain's free GPUs from the nodes (O(nodes x levels))."""
         self._free_arrays = None
-        self._pod_slots = {}
+        self._pod_slots, self._hosts_by_free = {}, None
         for d in self.domains:
             d.gpus_free = 0
         for node in self.nodes:

@@ -1,22 +1,21 @@
-"""Free pod slots per pod size, kept up to date from a log of changed nodes instead of rebuilt per placement.
+"""Free pod slots per pod size and a by-free-GPUs host index, kept up to date instead of rebuilt per placement.
 
 For pods of g GPUs a node holds `free // g` of them and a domain the sum over its nodes.  Placement
-policies read these counts on every placement; rebuilding them means a pass over every node and level.
-`PodSlots` keeps, for one pod size, the per-node and per-domain counts, the share of each domain's
-slots that lie on wholly free nodes (a placement there starts using a whole node), and the hosts
-grouped by their slot count (best-fit lookups for one-pod gangs).  `ClusterTopology` logs the index of
-every node whose free GPUs change (`SlotLog`); a `PodSlots` replays the log since its last use when it
-is next asked for, so only sizes actually placed pay, and only for the nodes that changed.
+policies read these counts on every placement.  `PodSlots` keeps them for one pod size: changes are
+logged by node (`SlotLog`) and replayed when the size is next asked for, one node at a time when few
+changed, else by one pass summing level by level up the tree (a few numpy calls, no per-node loop).
+`HostsByFree` groups hosts by their free GPUs, updated on every change, so the best-fitting and the
+roomiest hosts for a one-pod gang of any size are found without a pass over every node.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-SMALL_CHANGE = 24
-"""Up to this many changed nodes are applied with scalar updates; more with one vectorised pass."""
+SMALL_CHANGE = 4
+"""Up to this many changed nodes are applied one by one; more are applied by one summing pass."""
 LOG_LIMIT = 1 << 15
-"""A log longer than this is dropped; sizes that had not caught up are rebuilt on their next use."""
+"""A log longer than this is dropped; sizes that had not caught up are recomputed on their next use."""
 
 
 class SlotLog:
@@ -25,7 +24,7 @@ class SlotLog:
     def __init__(self) -> None:
         self.changed: list[int] = []
         self.generation = 0
-        """Bumped when the log is dropped: a `PodSlots` from an older generation must rebuild."""
+        """Bumped when the log is dropped: a `PodSlots` from an older generation must recompute."""
 
     def record(self, node: int) -> None:
         """Note that node `node`'s free GPUs changed."""
@@ -36,129 +35,150 @@ class SlotLog:
             self.generation += 1
 
 
-class PodSlots:
-    """Free slots for pods of `gpus` GPUs: per node, per domain, on wholly free nodes, and hosts by slot count.
+class LevelTree:
+    """The static tree as level arrays: domain ids per level and, per node and domain, its parent's position."""
 
-    Arrays are live (updated in place by `catch_up`) and must be treated as read-only by readers."""
-
-    def __init__(self, gpus: int, paths: np.ndarray, node_free: np.ndarray, node_total: np.ndarray,
-                 domains: int, log: SlotLog) -> None:
-        self.gpus = max(gpus, 1)
+    def __init__(self, paths: np.ndarray, domain_level: np.ndarray, parent: np.ndarray) -> None:
         self.paths = paths
         self.path_lists: list[list[int]] = paths.tolist()
-        self.node_total = node_total
-        self.domains = domains
-        self.log = log
-        host_ids = paths[:, -1] if paths.size else np.zeros(0, dtype=np.int64)
-        self.hosts_by_id = np.argsort(host_ids, kind="stable")
-        """Node indices in ascending order of their host domain id."""
-        self.host_position = np.empty_like(self.hosts_by_id)
-        self.host_position[self.hosts_by_id] = np.arange(self.hosts_by_id.size)
-        self.rebuild(node_free)
+        self.domains = domain_level.shape[0]
+        self.level_ids = [np.flatnonzero(domain_level == level) for level in range(paths.shape[1])]
+        position = np.zeros(self.domains, dtype=np.int64)
+        for ids in self.level_ids:
+            position[ids] = np.arange(ids.size)
+        self.host_position = position[paths[:, -1]] if paths.size else np.zeros(0, dtype=np.int64)
+        """Per node, the position of its host domain among the host domains (ascending id)."""
+        self.parent_position = [position[parent[ids]] for ids in self.level_ids[1:]]
+        """`parent_position[l][i]`: position at level l of the parent of the i-th domain of level l + 1."""
 
-    def rebuild(self, node_free: np.ndarray) -> None:
-        """Recompute every count from the free GPUs per node (and forget the log so far)."""
-        levels = self.paths.shape[1]
+    def sums(self, per_node: np.ndarray) -> np.ndarray:
+        """Per domain id, the sum of `per_node` over its nodes (summed level by level up the tree)."""
+        out = np.zeros(self.domains, dtype=np.int64)
+        if not self.level_ids:
+            return out
+        host_ids = self.level_ids[-1]
+        values = np.bincount(self.host_position, weights=per_node, minlength=host_ids.size)
+        out[host_ids] = values
+        for level in range(len(self.level_ids) - 2, -1, -1):
+            ids = self.level_ids[level]
+            values = np.bincount(self.parent_position[level], weights=values, minlength=ids.size)
+            out[ids] = values
+        return out
+
+
+class PodSlots:
+    """Free slots for pods of `gpus` GPUs per node and per domain (live arrays: read-only for readers)."""
+
+    def __init__(self, gpus: int, tree: LevelTree, node_free: np.ndarray, node_total: np.ndarray,
+                 log: SlotLog) -> None:
+        self.gpus = max(gpus, 1)
+        self.tree = tree
+        self.node_total = node_total
+        self.log = log
+        self.max_slots = 0
+        """Upper bound on the slots of any one node."""
+        self.recompute(node_free)
+
+    @property
+    def domains(self) -> int:
+        """Number of domains counted."""
+        return self.tree.domains
+
+    def recompute(self, node_free: np.ndarray) -> None:
+        """Recompute every count from the free GPUs per node (and skip the log so far)."""
         most = max(int(self.node_total.max()), int(node_free.max())) if node_free.size else 0
         self.max_slots = most // self.gpus
         self.node = node_free // self.gpus
-        self.node_whole = np.where(node_free == self.node_total, self.node, 0)
-        flat = self.paths.ravel()
-        self.domain = np.bincount(flat, weights=np.repeat(self.node, levels), minlength=self.domains).astype(np.int64)
-        self.whole = np.bincount(flat, weights=np.repeat(self.node_whole, levels),
-                                 minlength=self.domains).astype(np.int64)
+        self.domain = self.tree.sums(self.node)
         self.total = int(self.node.sum())
-        by_count = self.node[self.hosts_by_id]
-        self.hosts_with = np.zeros((self.max_slots + 1, by_count.size), dtype=bool)
-        self.hosts_with[by_count, np.arange(by_count.size)] = True
-        """`hosts_with[s, p]`: the host at position p (ascending host domain id) has exactly s slots."""
-        self.count_with = np.bincount(by_count, minlength=self.max_slots + 1).astype(np.int64)
+        self._whole: np.ndarray | None = None
+        self.node_free = node_free
         self.seen = len(self.log.changed)
         self.generation = self.log.generation
 
     def catch_up(self, node_free: np.ndarray) -> None:
-        """Apply the changes logged since the last call (or rebuild if the log was dropped meanwhile)."""
-        if self.generation != self.log.generation:
-            self.rebuild(node_free)
-            return
+        """Apply the changes logged since the last call."""
         changed = self.log.changed
+        if self.generation != self.log.generation or len(changed) - self.seen > SMALL_CHANGE:
+            self.recompute(node_free)
+            return
         if self.seen == len(changed):
             return
         pending = changed[self.seen:]
         self.seen = len(changed)
-        if len(pending) <= SMALL_CHANGE:
-            for node in dict.fromkeys(pending):
-                free = int(node_free[node])
-                if free // self.gpus > self.max_slots:  # more free than any node had: start over
-                    self.rebuild(node_free)
-                    return
-                self._update_node(node, free)
-            return
-        nodes = np.unique(np.asarray(pending, dtype=np.int64))
-        if int(node_free[nodes].max()) // self.gpus > self.max_slots:
-            self.rebuild(node_free)
-        else:
-            self._update_many(nodes, node_free)
+        self._whole = None
+        for node in dict.fromkeys(pending):
+            slots = int(node_free[node]) // self.gpus
+            change = slots - int(self.node[node])
+            if slots > self.max_slots:  # more free than any node had: start over
+                self.recompute(node_free)
+                return
+            if change:
+                self.node[node] = slots
+                self.total += change
+                for domain in self.tree.path_lists[node]:
+                    self.domain[domain] += change
 
-    def _update_node(self, node: int, free: int) -> None:
-        """Scalar update of one node's slots and everything derived from them."""
-        slots = free // self.gpus
-        whole = slots if free == self.node_total[node] else 0
-        slot_change = slots - int(self.node[node])
-        whole_change = whole - int(self.node_whole[node])
-        if slot_change:
-            before = int(self.node[node])
-            self.node[node] = slots
-            self.total += slot_change
-            position = self.host_position[node]
-            self.hosts_with[before, position] = False
-            self.hosts_with[slots, position] = True
-            self.count_with[before] -= 1
-            self.count_with[slots] += 1
-            for domain in self.path_lists[node]:
-                self.domain[domain] += slot_change
-        if whole_change:
-            self.node_whole[node] = whole
-            for domain in self.path_lists[node]:
-                self.whole[domain] += whole_change
+    @property
+    def whole(self) -> np.ndarray:
+        """Per domain, the slots on its wholly free nodes (computed on first use after each change)."""
+        if self._whole is None:
+            free = self.node_free
+            self._whole = self.tree.sums(np.where(free == self.node_total, self.node, 0))
+        return self._whole
 
-    def _update_many(self, nodes: np.ndarray, node_free: np.ndarray) -> None:
-        """Vectorised update of many distinct nodes."""
-        free = node_free[nodes]
-        slots = free // self.gpus
-        whole = np.where(free == self.node_total[nodes], slots, 0)
-        slot_change = slots - self.node[nodes]
-        whole_change = whole - self.node_whole[nodes]
-        levels = self.paths.shape[1]
-        flat = self.paths[nodes].ravel()
-        self.domain += np.bincount(flat, weights=np.repeat(slot_change, levels), minlength=self.domains).astype(np.int64)
-        self.whole += np.bincount(flat, weights=np.repeat(whole_change, levels), minlength=self.domains).astype(np.int64)
-        positions = self.host_position[nodes]
-        before = self.node[nodes]
-        np.subtract.at(self.count_with, before, 1)
-        np.add.at(self.count_with, slots, 1)
-        self.hosts_with[before, positions] = False
-        self.hosts_with[slots, positions] = True
-        self.node[nodes] = slots
-        self.node_whole[nodes] = whole
-        self.total += int(slot_change.sum())
 
-    def fewest_and_roomiest_hosts(self, fewest: int, need: int = 1) -> tuple[list[int], int | None]:
-        """Nodes of the `fewest` hosts with the fewest slots >= `need` (ties: lower host domain id first), and
-        the node of the roomiest host (ties: highest host domain id); None when no host has `need` slots."""
-        found: list[int] = []
+class HostsByFree:
+    """Hosts grouped by their free GPUs (updated on every change): best-fit and roomiest hosts for one pod."""
+
+    def __init__(self, tree: LevelTree, node_free: np.ndarray, node_total: np.ndarray) -> None:
+        self.tree = tree
+        positions = tree.host_position
+        self.one_node_per_host = bool(positions.size == tree.level_ids[-1].size) if tree.level_ids else False
+        self.node_of_position = np.empty(positions.size, dtype=np.int64)
+        self.node_of_position[positions] = np.arange(positions.size)
+        self.most_free = max(int(node_total.max()), int(node_free.max())) if node_free.size else 0
+        self.hosts_with = np.zeros((self.most_free + 1, positions.size), dtype=bool)
+        """`hosts_with[f, p]`: the host at position p (ascending host domain id) has exactly f free GPUs."""
+        self.hosts_with[node_free, positions] = True
+        self.count_with: list[int] = np.bincount(node_free, minlength=self.most_free + 1).tolist()
+
+    def moved(self, node: int, before: int, after: int) -> bool:
+        """Record node `node` going from `before` to `after` free GPUs; False if the index must be rebuilt."""
+        if after > self.most_free or before > self.most_free:
+            return False
+        position = self.tree.host_position[node]
+        self.hosts_with[before, position] = False
+        self.hosts_with[after, position] = True
+        self.count_with[before] -= 1
+        self.count_with[after] += 1
+        return True
+
+    def _holding(self, gpus: int, slots: int) -> np.ndarray | None:
+        """Mask of host positions with exactly `slots` pods of `gpus` GPUs free (None if there are none)."""
+        low, high = slots * gpus, min((slots + 1) * gpus - 1, self.most_free)
+        if not any(self.count_with[low: high + 1]):
+            return None
+        return self.hosts_with[low] if low == high else self.hosts_with[low: high + 1].any(axis=0)
+
+    def fewest_and_roomiest(self, gpus: int, fewest: int) -> tuple[list[int], int | None]:
+        """Nodes of the `fewest` hosts with the fewest free slots >= 1 for pods of `gpus` GPUs (ties: lower host
+        domain id first), and the node of the roomiest host (ties: highest host domain id); ([], None) if none."""
+        gpus = max(gpus, 1)
+        top = self.most_free // gpus
         roomiest = None
-        counts = self.count_with
-        for slots in range(self.max_slots, need - 1, -1):
-            if counts[slots]:
-                roomiest = int(self.hosts_by_id[np.flatnonzero(self.hosts_with[slots])[-1]])
+        for slots in range(top, 0, -1):
+            mask = self._holding(gpus, slots)
+            if mask is not None:
+                roomiest = int(self.node_of_position[np.flatnonzero(mask)[-1]])
                 break
         if roomiest is None:
             return [], None
-        for slots in range(need, self.max_slots + 1):
+        found: list[int] = []
+        for slots in range(1, top + 1):
             if len(found) >= fewest:
                 break
-            if counts[slots]:
-                positions = np.flatnonzero(self.hosts_with[slots])[: fewest - len(found)]
-                found.extend(self.hosts_by_id[positions].tolist())
+            mask = self._holding(gpus, slots)
+            if mask is not None:
+                found.extend(self.node_of_position[np.flatnonzero(mask)[: fewest - len(found)]].tolist())
         return found, roomiest

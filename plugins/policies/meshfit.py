@@ -25,18 +25,19 @@ from plugins.policies.meshfit_search import (
     BALANCE, PACK, ROOT, SPREAD, SlotView, candidate_domains, fill_domain, pod_axis_grid, pod_sequence, slot_view,
     virtual_orders,
 )
-from scheduler.placement.capacity import constraint_levels, slice_level
+from scheduler.placement.capacity import allowed_nodes, constraint_levels, slice_level
 from scheduler.placement.cost import LayoutPricer, lower_bound_seconds
 from scheduler.placement.explain import unschedulable_reason
 from scheduler.placement.jobs import AUTO_RANK_ORDER, Gang
 from scheduler.placement.layout import SUPPORTED_RANK_ORDERS
 from scheduler.placement.pricing import price_layouts, shared_pricer
 from scheduler.placement.result import Assignment
+from scheduler.placement.tree_index import tree_index
 from topology.model import ClusterTopology, TopologyError
 
 NAME = "meshfit"
 __all__ = ["NAME", "RELATIVE_TIE", "Candidate", "MeshfitPolicy", "SliceCheck", "clearly_costlier", "costs_differ",
-           "factory", "layout_plans", "plan_weights", "whole_domains_broken"]
+           "factory", "layout_plans", "plan_weights", "search_plans", "whole_domains_broken"]
 
 
 def layout_plans(gang: Gang, rank_order: str, weights: dict[str, float]) -> list[tuple[np.ndarray, list[int]]]:
@@ -87,52 +88,58 @@ class MeshfitPolicy:
         for pod_nodes, cost in zip(layouts, layout_costs(pricer, layouts)):
             if best is not None and clearly_costlier(cost, best.cost):
                 continue  # cannot win even on tie-breaks: skip pricing its fragmentation
-            tie = (whole_domains_broken(topo, view, pod_nodes), -level, leftover)
+            tie = (whole_domains_broken(topo, view.tree.path_lists, pod_nodes), -level, leftover)
             candidate = Candidate(tuple(pod_nodes.tolist()), order, cost, tie)
             if candidate.beats(best):
                 best = candidate
         return best
 
-    def _single_pod(self, gang: Gang, topo: ClusterTopology, view: SlotView, order: str,
-                    floor: float) -> Assignment | None:
+    def _single_pod(self, gang: Gang, topo: ClusterTopology, order: str, floor: float) -> Assignment | None:
         """The general search's answer for a one-pod gang, without re-pricing identical layouts.
 
         A single pod sits on one node whatever the domain or rank order, so every host-level candidate
         costs the same and the first rank order wins ties; the host level is searched first and, when
         that cost reaches the lower bound, last.  Returns None when it does not (unusual link tiers):
         the general search then decides."""
-        nodes = self._host_candidates(view)
+        nodes, slots = self._host_candidates(gang, topo)
         if not nodes:
             return None
         if one_pod_seconds(shared_pricer(gang, topo, order), nodes[0]) > floor:
             return None
+        paths = tree_index(topo).path_lists
         best, best_tie = nodes[0], None
-        node_slots = view.node_slots
-        for node in nodes:
-            tie = (whole_domains_broken(topo, view, [node]), int(node_slots[node]) - 1)
+        for node, node_slots in zip(nodes, slots):
+            tie = (whole_domains_broken(topo, paths, [node]), node_slots - 1)
             if best_tie is None or tie < best_tie:
                 best, best_tie = node, tie
         return Assignment((best,), None, order)
 
-    def _host_candidates(self, view: SlotView) -> list[int]:
-        """Nodes of the host-level candidate domains for one pod, in the order the search visits them."""
-        if view.kept is not None:
-            fewest, roomiest = view.kept.fewest_and_roomiest_hosts(max(self.per_level - 1, 0))
-            return list(dict.fromkeys(fewest + [roomiest])) if roomiest is not None else []
+    def _host_candidates(self, gang: Gang, topo: ClusterTopology) -> tuple[list[int], list[int]]:
+        """Nodes of the host-level candidate domains for one pod, in the order the search visits them, and
+        their free pod slots (from the topology's by-free-GPUs host index unless the gang has assigned domains)."""
+        gpus = max(gang.gpus_per_pod, 1)
+        hosts = topo.hosts_by_free() if allowed_nodes(gang, topo) is None else None
+        if hosts is not None and hosts.one_node_per_host:
+            fewest, roomiest = hosts.fewest_and_roomiest(gpus, max(self.per_level - 1, 0))
+            nodes = list(dict.fromkeys(fewest + [roomiest])) if roomiest is not None else []
+            free = topo.free_arrays()[0]
+            return nodes, [int(free[node]) // gpus for node in nodes]
+        view = slot_view(gang, topo)
         tree = view.tree
-        return [tree.host_node[d] for d in candidate_domains(view, 1, tree.levels - 1, self.per_level)]
+        nodes = [tree.host_node[d] for d in candidate_domains(view, 1, tree.levels - 1, self.per_level)]
+        return nodes, [int(view.node_slots[node]) for node in nodes]
 
     def assign(self, gang: Gang, topo: ClusterTopology) -> Assignment:
         """Choose nodes and pod order for the whole gang, or say why it cannot fit."""
-        view = slot_view(gang, topo)
         orders = SUPPORTED_RANK_ORDERS if gang.rank_order == AUTO_RANK_ORDER else (gang.rank_order,)
         floor = lower_bound_seconds(gang, topo) * (1 + RELATIVE_TIE)
         try:
             if len(gang.pods) == 1 and self.single_pod_shortcut and not gang.constraint.has_slices:
                 constraint_levels(gang, topo)  # the same errors as the search's candidate domains
-                single = self._single_pod(gang, topo, view, orders[0], floor)
+                single = self._single_pod(gang, topo, orders[0], floor)
                 if single is not None:
                     return single
+            view = slot_view(gang, topo)
             domains = self._candidates(gang, topo, view)
             slices = SliceCheck(gang, topo) if gang.constraint.has_slices else None
             kueue = assign_slices(gang, topo, view.domain_slots) if slices is not None else None
@@ -154,8 +161,7 @@ class MeshfitPolicy:
                 slices: "SliceCheck | None") -> Candidate | None:
         """The cheapest layout over candidate domains (deepest level first) x rank orders x plans."""
         strategies = (PACK, BALANCE, SPREAD) if view.tree.oversubscribed else (PACK,)
-        plans = [[(sequence, blocks, strategy) for sequence, blocks in layout_plans(gang, order, plan_weights(pricer))
-                  for strategy in strategies] for pricer, order in zip(pricers, orders)]
+        plans = [search_plans(gang, pricer, order, strategies) for pricer, order in zip(pricers, orders)]
         floors = DomainFloors(topo, view, len(gang.pods)) if self.prune else None
         best: Candidate | None = None
         for level in sorted({view.tree.level_of(d) for d in domains}, reverse=True):
@@ -210,13 +216,25 @@ def _with_kueue_layout(topo: ClusterTopology, view: SlotView, pricers: list[Layo
     paths = view.tree.paths[pod_nodes]
     common = np.flatnonzero((paths == paths[:1]).all(axis=0))  # levels whose domain holds every pod
     domain = int(paths[0, common[-1]]) if common.size else ROOT
-    tie = (whole_domains_broken(topo, view, pod_nodes), -view.tree.level_of(domain), view.slots(domain) - len(pod_nodes))
+    tie = (whole_domains_broken(topo, view.tree.path_lists, pod_nodes), -view.tree.level_of(domain),
+           view.slots(domain) - len(pod_nodes))
     for pricer, order in zip(pricers, orders):
         candidate = Candidate(tuple(int(n) for n in pod_nodes), order, pricer.step_seconds(pod_nodes), tie)
         if candidate.beats(best):
             best = candidate
     assert best is not None
     return best
+
+
+def search_plans(gang: Gang, pricer: LayoutPricer, order: str,
+                 strategies: tuple[str, ...]) -> list[tuple[np.ndarray, list[int], str]]:
+    """(pod sequence, blocks, strategy) of every layout tried per domain, cached on the shared pricer of the shape."""
+    cache = pricer.__dict__.setdefault("_search_plans", {})
+    if strategies not in cache:
+        cache[strategies] = [(sequence, blocks, strategy)
+                             for sequence, blocks in layout_plans(gang, order, plan_weights(pricer))
+                             for strategy in strategies]
+    return cache[strategies]
 
 
 def plan_weights(pricer: LayoutPricer) -> dict[str, float]:

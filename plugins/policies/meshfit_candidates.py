@@ -75,10 +75,9 @@ def domain_totals(topo: ClusterTopology) -> np.ndarray:
     return cached
 
 
-def whole_domains_broken(topo: ClusterTopology, view: SlotView, pod_nodes: np.ndarray | list[int]) -> int:
-    """How many fully free domains (hosts included) this layout starts using."""
+def whole_domains_broken(topo: ClusterTopology, paths: list[list[int]], pod_nodes: np.ndarray | list[int]) -> int:
+    """How many fully free domains (hosts included) this layout starts using (`paths`: domain ids per node)."""
     free, total = topo.free_arrays()[1], domain_totals(topo)
-    paths = view.tree.path_lists
     nodes = pod_nodes.tolist() if isinstance(pod_nodes, np.ndarray) else pod_nodes
     touched = {domain for node in set(nodes) for domain in paths[node]}
     if len(touched) <= SMALL_TOUCH:
@@ -93,6 +92,7 @@ class DomainFloors:
     def __init__(self, topo: ClusterTopology, view: SlotView, pods: int) -> None:
         self.topo, self.view, self.pods = topo, view, pods
         self.level_max: dict[int, int] = {}
+        self.costs: dict[tuple[int, int], float] = {}
 
     def most_slots_at(self, level: int) -> int:
         """The most slots any one domain of `level` has (cached per view)."""
@@ -110,7 +110,12 @@ class DomainFloors:
 
     def cost(self, pricer: LayoutPricer, domain: int) -> float:
         """Floor on the step seconds of any layout inside `domain` under `pricer`'s rank order."""
-        return floor_seconds(pricer, self.view.tree.level_of(domain), self.deepest_level_holding)
+        level = self.view.tree.level_of(domain)
+        key = (id(pricer), level)
+        found = self.costs.get(key)
+        if found is None:
+            found = self.costs[key] = floor_seconds(pricer, level, self.deepest_level_holding)
+        return found
 
     def tie(self, domain: int) -> tuple[int, int, int]:
         """Floor on the tie-breakers (whole domains broken, -level, leftover slots) of a layout inside `domain`."""

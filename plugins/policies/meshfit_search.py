@@ -54,30 +54,46 @@ class SlotView:
         """Per domain, how many whole blocks of `block` pods fit inside domains of the deepest level able to hold one.
 
         `base` (pods usable per domain, default the free slots) lets callers count only slots that keep
-        smaller inner blocks aligned too; `key` names that base for the cache."""
+        smaller inner blocks aligned too; `key` names that base for the cache (None and () both mean the free
+        slots).  Read-only: the result may be shared."""
         cache = self.__dict__.setdefault("_aligned", {})
-        if (block, key) not in cache:
-            tree = self.tree
-            caps = (self.domain_slots if base is None else base) // block
-            holders = np.flatnonzero(caps > 0)
-            if holders.size:
-                deepest = int(tree.domain_level[holders].max())
-                at_level = np.flatnonzero(tree.domain_level == deepest)
-                for level in range(deepest):
-                    above = tree.domain_level == level
-                    summed = np.bincount(tree.ancestors[at_level, level], weights=caps[at_level],
-                                         minlength=caps.shape[0]).astype(np.int64)
-                    caps = np.where(above, summed, caps)
-            cache[(block, key)] = caps
-        return cache[(block, key)]
+        found = cache.get((block, key))
+        if found is None:
+            plain = base is None or key == ()
+            if plain and block == 1:
+                found = self.domain_slots  # every host holds its own slots: the sums are the slots themselves
+            else:
+                found = _aligned(self.tree, (self.domain_slots if base is None else base) // block)
+            cache[(block, key)] = found
+        return found
 
     def nested_caps(self, blocks: tuple[int, ...]) -> np.ndarray:
         """Per domain, whole blocks of `blocks[-1]` pods that fit with every smaller block of `blocks` aligned as well."""
-        caps = self.domain_slots
-        for position, block in enumerate(blocks):
-            base = caps if position == 0 else caps * blocks[position - 1]
-            caps = self.aligned_caps(block, base, blocks[:position])
+        cache = self.__dict__.setdefault("_nested", {})
+        found = cache.get(blocks)
+        if found is None:
+            caps = self.domain_slots
+            for position, block in enumerate(blocks):
+                base = caps if position == 0 else caps * blocks[position - 1]
+                caps = self.aligned_caps(block, base, blocks[:position])
+            found = cache[blocks] = caps
+        return found
+
+
+def _aligned(tree: TreeIndex, caps: np.ndarray) -> np.ndarray:
+    """`caps` (per domain, blocks that fit) with every level above the deepest level holding a block replaced by
+    the sum over its domains at that level (summed level by level up the tree; `caps` is updated in place)."""
+    level_ids = tree.level_domains
+    for deepest in range(tree.levels - 1, 0, -1):
+        if caps[level_ids[deepest]].any():
+            break
+    else:
         return caps
+    values = caps[level_ids[deepest]]
+    for level in range(deepest - 1, -1, -1):
+        values = np.bincount(tree.parent_position[level], weights=values, minlength=level_ids[level].size)
+        caps[level_ids[level]] = values
+    return caps
 
 
 def slot_view(gang: Gang, topo: ClusterTopology) -> SlotView:

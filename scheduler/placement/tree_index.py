@@ -32,11 +32,23 @@ class TreeIndex:
         """`paths` as Python lists (cheaper than numpy for a handful of nodes)."""
         self.level_domains = [np.flatnonzero(self.domain_level == level) for level in range(self.levels)]
         """Domain ids of each level, ascending."""
+        position = np.zeros(len(topo.domains), dtype=np.int64)
+        for ids in self.level_domains:
+            position[ids] = np.arange(ids.size)
+        parent = np.array([-1 if d.parent is None else d.parent for d in topo.domains], dtype=np.int64)
+        self.parent_position = [position[parent[ids]] for ids in self.level_domains[1:]]
+        """`parent_position[l][i]`: position in `level_domains[l]` of the parent of `level_domains[l + 1][i]`."""
+        self.children_arrays = [np.array(d.children, dtype=np.int64) for d in topo.domains]
+        self.root_children_array = np.array(self.root_children, dtype=np.int64)
         self.size = (len(topo.nodes), len(topo.domains))
 
     def kids(self, domain: int) -> list[int]:
         """Children of a domain, or the top-level domains for ROOT."""
         return self.root_children if domain == ROOT else self.children[domain]
+
+    def kid_array(self, domain: int) -> np.ndarray:
+        """Children of a domain as an array, or the top-level domains for ROOT."""
+        return self.root_children_array if domain == ROOT else self.children_arrays[domain]
 
     def level_of(self, domain: int) -> int:
         """Level of a domain (-1 for ROOT)."""

@@ -22,6 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from scheduler.placement.cost import geometry  # noqa: E402
 from scheduler.placement.engine import place  # noqa: E402
 from scheduler.placement.jobs import Gang, Parallelism, PodSlot  # noqa: E402
 from simulations.cluster import ClusterSpec, build_cluster  # noqa: E402
@@ -76,13 +77,16 @@ def sized_gang(gpus: int) -> Gang:
 def place_seconds(policy: str, gang: Gang, topo, calls: int) -> float:
     """Mean CPU seconds of one `place` call over `calls` calls.
 
-    Between calls a 1-GPU pod is added and removed (outside the timing): the free GPUs end as they were,
-    but every cache keyed on the cluster's state is invalidated, as it would be by real traffic."""
+    Between calls (outside the timing) a 1-GPU pod is added and removed, so the free GPUs end as they were but
+    every cache keyed on the cluster's state is invalidated, and the layout prices remembered per job shape are
+    forgotten (the same gang on the same free GPUs would otherwise find every layout already priced)."""
     node = topo.nodes[next(n.index for n in topo.nodes if n.gpus_free)].name
     total = 0.0
     for _ in range(calls):
         topo.add_pod("bench/touch", node, 1)
         topo.remove_pod("bench/touch")
+        for pricer in geometry(topo).__dict__.get("shared_pricers", {}).values():
+            pricer._memo.clear()
         started = time.process_time()
         place(gang, topo, policy, with_ranks=False)
         total += time.process_time() - started

@@ -121,9 +121,8 @@ def test_single_pod_shortcut_answers_on_standard_presets():
     topo = generate_cluster("hgx-h100", 16, seed=1, used_fraction=0.5)
     gang = make_gang(tp=4, gpus_per_pod=4)
     policy = MeshfitPolicy()
-    view = slot_view(gang, topo)
     floor = lower_bound_seconds(gang, topo) * (1 + RELATIVE_TIE)
-    answer = policy._single_pod(gang, topo, view, "tp-cp-ep-dp-pp", floor)
+    answer = policy._single_pod(gang, topo, "tp-cp-ep-dp-pp", floor)
     assert answer is not None and answer.pod_nodes is not None
     assert topo.nodes[answer.pod_nodes[0]].gpus_free >= 4
 

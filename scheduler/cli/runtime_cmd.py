@@ -68,8 +68,10 @@ def _print_env(env: dict[str, str], output: OutputFormat) -> None:
     if output != OutputFormat.table:
         print_document(env, output)
     else:
-        for key in sorted(env):
-            print(f"{key}={env[key]}")
+        import shlex
+
+        for key in sorted(env):  # shell-quoted where needed: `set -a; . FILE` reads it back exactly
+            print(f"{key}={shlex.quote(env[key])}")
 
 
 def run_with_progress(placement, options, show_progress: bool):

@@ -38,6 +38,12 @@ class PodRecord:
     """Spare pod slots its gang asks for (`meshfit.io/spares`; see `scheduler.gangs.spares`)."""
     preemption_policy: str = ""
     """`spec.preemptionPolicy` ("Never": its gang never preempts others)."""
+    terminating: bool = False
+    """`metadata.deletionTimestamp` is set: the pod is going (evicted, deleted); it still holds its node."""
+    needs: Any = None
+    """What kube-scheduler's node-local filters check of it (`ClusterState.needs_of`; None when not read)."""
+    accounted_on: str | None = field(default=None, repr=False, compare=False)
+    """The node its requests are counted on in `ClusterState.requested` (bookkeeping)."""
 
     @property
     def key(self) -> str:

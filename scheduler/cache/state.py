@@ -91,6 +91,13 @@ class ClusterState(GangObjectsMixin):
         """Called with each rebuilt topology before reservations are re-held (spare holds are re-added there)."""
         self.superseded: set[str] = set()
         """Uids of evicted members whose slot already moved to a replacement node: their updates leave it alone."""
+        self.needs_of: Callable[[dict], Any] | None = None
+        """Reads a pod's `needs` (kube-scheduler's node-local filter inputs; `scheduler.kube.node_fit.pod_needs` in
+        Kubernetes mode); None: not read, and meshfit never binds members on its own."""
+        self.member_pending: Callable[[PodRecord], None] | None = None
+        """Called (under the lock) when the watch reports a pending gang member (the direct binder's trigger)."""
+        self.requested: dict[str, dict[str, Any]] = {}
+        """Node -> resource -> requests of the bound, unfinished pods there (pods with `needs` only)."""
 
     # ----- relist ------------------------------------------------------------------------------
     def replace_all(self, nodes: list[dict], pods: list[dict], objects: list[dict]) -> None:
@@ -103,7 +110,7 @@ class ClusterState(GangObjectsMixin):
             self._objects_epoch += 1
             for obj in objects:
                 self._store_object(obj)
-            self.pods, self._uid_by_name, self.gang_index = {}, {}, {}
+            self.pods, self._uid_by_name, self.gang_index, self.requested = {}, {}, {}, {}
             for pod in pods:
                 self._index(self._record(pod))
             self._rebuild_topology()
@@ -201,11 +208,12 @@ class ClusterState(GangObjectsMixin):
         spec, status = pod.get("spec"), pod.get("status")
         priority = int_or_zero(spec.get("priority") if isinstance(spec, dict) else 0)
         nominated = str((status.get("nominatedNodeName") if isinstance(status, dict) else "") or "")
+        terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
         if known is not None and known.fingerprint == fingerprint and (known.namespace, known.name) == (namespace, name):
             return PodRecord(uid, namespace, name, known.gpus, node, phase, known.member,
                              known.member_error, fingerprint, known.given if node else None, priority, nominated,
                              known.cached_signature, scheduler_name=known.scheduler_name, spares=known.spares,
-                             preemption_policy=known.preemption_policy)
+                             preemption_policy=known.preemption_policy, terminating=terminating, needs=known.needs)
         try:
             gpus = pod_gpu_request(pod, self.config.gpu_resources)
         except TopologyError:
@@ -223,7 +231,12 @@ class ClusterState(GangObjectsMixin):
         given = given_from_annotations((pod.get("metadata") or {}).get("annotations"), name) \
             if node and member is not None else None
         record = PodRecord(uid, namespace, name, gpus, node, phase, member, error, fingerprint, given, priority, nominated,
-                           spares=spares)
+                           spares=spares, terminating=terminating)
+        if self.needs_of is not None:
+            try:
+                record.needs = self.needs_of(pod)
+            except Exception:  # noqa: BLE001 - unreadable spec: meshfit leaves the pod to kube-scheduler
+                record.needs = None
         record.scheduler_name = str(spec.get("schedulerName") or "") if isinstance(spec, dict) else ""
         record.preemption_policy = str(spec.get("preemptionPolicy") or "") if isinstance(spec, dict) else ""
         return record
@@ -246,6 +259,8 @@ class ClusterState(GangObjectsMixin):
             self._hold(self.topology, record)
             self._follow_gang(record)
             self._track_request_only(record)
+            if self.member_pending is not None and record.member is not None and not record.node and from_watch:
+                self.member_pending(record)
         return record
 
     def _track_request_only(self, record: PodRecord) -> None:
@@ -285,8 +300,25 @@ class ClusterState(GangObjectsMixin):
                 return known
             return self.upsert_pod(pod, from_watch=False)
 
+    def _account(self, record: PodRecord, node: str | None) -> None:
+        """Count `record`'s requests on `node` (None: nowhere) in `requested`, moving them off where they were."""
+        if record.needs is None:
+            return
+        if record.accounted_on is not None:
+            used = self.requested.get(record.accounted_on, {})
+            for resource, value in record.needs.requests.items():
+                used[resource] = used.get(resource, 0) - value
+        record.accounted_on = node
+        if node is not None:
+            used = self.requested.setdefault(node, {})
+            for resource, value in record.needs.requests.items():
+                used[resource] = used.get(resource, 0) + value
+
     def _index(self, record: PodRecord) -> None:
         old = self.pods.get(record.uid)
+        if old is not None and old is not record:
+            self._account(old, None)
+        self._account(record, record.node)
         if old is not None and (old.namespace, old.name) != (record.namespace, record.name):
             self._forget(old)  # the uid now names another pod: the old one is gone, with its name, GPUs and slot
             old = None
@@ -298,6 +330,7 @@ class ClusterState(GangObjectsMixin):
             self.gang_index.setdefault(record.member.gang_key, {})[record.uid] = record
 
     def _unindex(self, record: PodRecord) -> None:
+        self._account(record, None)
         self.pods.pop(record.uid, None)
         if self._uid_by_name.get((record.namespace, record.name)) == record.uid:
             del self._uid_by_name[(record.namespace, record.name)]
@@ -314,6 +347,10 @@ class ClusterState(GangObjectsMixin):
         if record.phase in FINISHED_PHASES:
             self.ledger.release_slot(member.gang_key, member.index)
         elif record.node:
+            entry = self.ledger.get(member.gang_key)
+            slot = entry.slots.get(member.index) if entry is not None else None
+            if record.terminating and (slot is None or slot.pod != record.name):
+                return  # an evicted / deleted member on its way out never founds (or joins) a gang generation
             if not self.ledger.mark_bound(member.gang_key, member.index, record.name, record.node):
                 self.ledger.record_bound(gang_from_membership(member), member.index, record.name, record.node)
             self.ledger.note_given(member.gang_key, record.given)
@@ -354,6 +391,7 @@ class ClusterState(GangObjectsMixin):
                 return
             record = self.pods[uid]
             record.node = node
+            self._account(record, node)
             if record.member is not None and annotations:
                 record.given = given_from_annotations(annotations, name) or record.given
             self._hold(self.topology, record)
@@ -380,6 +418,7 @@ class ClusterState(GangObjectsMixin):
             record = self.pod(namespace, name)
             if record is not None:
                 record.node = None
+                self._account(record, None)
                 self._hold(self.topology, record)
 
     # ----- restart ----------------------------------------------------------------------------

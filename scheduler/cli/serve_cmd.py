@@ -55,11 +55,15 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
             raise ValueError(f"--kubeconfig {kubeconfig}: {exc}") from None
         raise ValueError("no cluster to serve: give --cluster FILE (embedded mode) or --kubeconfig FILE, or run "
                          f"inside a pod (in-cluster config: {exc})") from None
-    api_client = kubernetes.client.ApiClient()
+    configuration = kubernetes.client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = API_CONNECTIONS  # the binds, verbs and watches never queue for one
+    api_client = kubernetes.client.ApiClient(configuration)
     from scheduler.kube import run_cache
     from scheduler.kube.binder import KubeBinder
+    from scheduler.kube.node_fit import pod_needs
 
     state = ClusterState(config, tolerations, ttl)
+    state.needs_of = pod_needs  # what the direct binder checks a member against its node with
     state.policy = policy  # the first list already re-holds the missing members of partly bound gangs
     state.watch_is_truth = True  # request bodies select pods, never overwrite what the API server says
     if start_cache:  # with --leader-elect the cache starts (a fresh list) only once the lease is won
@@ -67,6 +71,10 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
     return state, KubeBinder(api_client)
 
 
+API_CONNECTIONS = 128
+"""Connections the API client keeps: bind workers, kube-scheduler's concurrent `/bind` verbs (up to 40), the
+action and rank-table threads and one long-lived watch per resource, with room to spare (the client's default
+of 10 made every extra bind open a new TLS connection)."""
 STALE_AFTER_SECONDS = 15.0
 """A watch failing this long makes `/readyz` false: decisions would be taken on a stale view."""
 
@@ -167,6 +175,11 @@ def register(app: typer.Typer) -> None:
         preemption: bool = typer.Option(True, "--preemption/--no-preemption",
                                         help="A gang that does not fit may evict whole lower-priority gangs in one "
                                              "topology domain (docs/preemption.md)."),
+        direct_bind: bool = typer.Option(True, "--direct-bind/--no-direct-bind",
+                                         help="Real mode: once a gang is reserved, meshfit binds its members itself "
+                                              "(after checking each against its node), instead of waiting for "
+                                              "kube-scheduler to reach every member (docs/architecture.md)."),
+        bind_workers: int = typer.Option(16, "--bind-workers", help="Bindings meshfit posts in parallel (1-256)."),
         config: Optional[Path] = typer.Option(None, "--config", help="Topology config file (levels, links)."),
         toleration: list[str] = typer.Option([], "--toleration", help="Taint to tolerate (key[=value][:Effect])."),
         replace_unhealthy: bool = typer.Option(True, "--replace-unhealthy/--no-replace-unhealthy",
@@ -235,6 +248,8 @@ def register(app: typer.Typer) -> None:
             reason = f"--gang-completion-timeout must be a number of seconds > 0, got {completion_timeout}"
         if not reason and max_body_bytes < 1:
             reason = f"--max-body-bytes must be >= 1, got {max_body_bytes}"
+        if not reason and not 1 <= bind_workers <= 256:
+            reason = f"--bind-workers must be between 1 and 256, got {bind_workers}"
         from scheduler.service.failures import failure_options_from_flags
 
         try:
@@ -280,8 +295,14 @@ def register(app: typer.Typer) -> None:
                     state, binder = real_state(kubeconfig, cfg, toleration, reservation_ttl, policy,
                                                start_cache=leader is None)
                     publisher, actions = kube_rank_table_publisher(binder), kube_actions(binder)
+                direct = None
+                if cluster is None and direct_bind:
+                    from scheduler.kube.node_fit import state_fit_check
+
+                    direct = state_fit_check(state)
                 scheduler, metrics = build_scheduler(state, binder, policy, publisher, actions,
-                                                     completion_timeout=completion_timeout, preemption=preemption)
+                                                     completion_timeout=completion_timeout, preemption=preemption,
+                                                     direct_binding=direct, bind_workers=bind_workers)
                 from scheduler.service.failures import install_failure_handling
 
                 scheduler.failures = install_failure_handling(scheduler, metrics, failure_options)

@@ -78,6 +78,8 @@ class Reservation:
     """Why bound members were given rendezvous that disagree ("" when they agree)."""
     bound_since: float | None = None
     """When the first member was bound (None while none is): completion deadlines count from here."""
+    announced_bound: bool = False
+    """The "all pods bound" milestone was logged / recorded for the gang as it stands (reset when one is lost)."""
     elastic: dict | None = None
     """Elastic gangs: `{"min_dp", "max_dp", "dp", "generation"}` (set by `scheduler.service.elastic`; published
     in the rank table so launchers can follow resizes); None for a fixed-size gang."""
@@ -264,6 +266,7 @@ class ReservationLedger:
         others_bound = any(s.state in (SLOT_BOUND, SLOT_BINDING) for i, s in entry.slots.items() if i != index)
         if entry.status == STATUS_BOUND:  # a whole gang lost a member: its completion deadline counts from now,
             entry.bound_since = self.clock()  # not from its first bind hours ago
+            entry.announced_bound = False
         if slot.state == SLOT_BOUND:
             slot.state = SLOT_RELEASED
             node = self.topo.node_by_name.get(slot.node)

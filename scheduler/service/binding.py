@@ -25,6 +25,10 @@ class BindConflict(RuntimeError):
     """The pod cannot be bound there (already bound elsewhere, gone, or the node is full)."""
 
 
+class RendezvousMissing(RuntimeError):
+    """No node is held for pod 0: a member must not be bound (its rendezvous address would be empty)."""
+
+
 class Binder(Protocol):
     """Binds one pod to one node and records its assignment annotations; raises on conflict."""
 
@@ -73,13 +77,20 @@ def _ranks(entry: Reservation, gang: Gang, nodes: list[str], order: str) -> list
 
 
 def master_address(entry: Reservation) -> str:
-    """The gang's rendezvous address: the node of pod 0."""
+    """The gang's rendezvous address: the node of pod 0 ("" while none is held)."""
     return entry.node_of(0) or ""
 
 
 def bind_annotations(entry: Reservation, index: int) -> dict[str, str]:
-    """The `meshfit.io/*` annotations for pod `index` of a reserved gang (`scheduler.handoff.assignment` format)."""
-    return annotations_for_pod(reservation_placement(entry), index, master_address(entry))
+    """The `meshfit.io/*` annotations for pod `index` of a reserved gang (`scheduler.handoff.assignment` format).
+
+    The rendezvous invariant is enforced here, where the address is written: RendezvousMissing when no node is
+    held for pod 0 (bound, binding or reserved), so no member is ever bound with an empty `master-addr`."""
+    master = master_address(entry)
+    if not master:
+        raise RendezvousMissing(f"gang {entry.gang_key}: no node is held for pod 0, so no member can be told its "
+                                f"rendezvous; pod 0 is placed first")
+    return annotations_for_pod(reservation_placement(entry), index, master)
 
 
 def reservation_configmap(entry: Reservation) -> dict[str, Any]:

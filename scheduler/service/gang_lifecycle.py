@@ -99,6 +99,13 @@ class GangLifecycle:
         """Called with (gang key, row) for each reserved / bound row of `GET /gangs` to add fields."""
         self.place_gang: Callable[[Any, Any, str], Placement] = place
         """`place(gang, topology, policy)` for new reservations (elastic gangs try their largest size that fits)."""
+        self.after_reserved: list[Callable[[str], Any]] = []
+        """Called with the gang key (under the lock) once a gang is (re)reserved: the direct binder starts here."""
+        self.leaves_to_kube: Callable[[PodRecord], bool] = lambda record: True
+        """Whether kube-scheduler must bind this member (so a parked one needs a requeue); False for members
+        meshfit binds itself (`scheduler.service.gang_binding`)."""
+        self.told_gang: dict[str, str] = {}
+        """Gang key -> the waiting reason last recorded as an Event (one Event per gang per change)."""
 
     # ----- members ----------------------------------------------------------------------------
     def pod_ref(self, record: PodRecord) -> PodRef:
@@ -123,8 +130,8 @@ class GangLifecycle:
         if self._logged_wait.get(key) != general:
             self._logged_wait[key] = general
             log.info("gang %s waiting: %s", key, reason, extra={"gang": key, "decision": "waiting"})
-        if self.told.get(record.uid) != reason:
-            self.told[record.uid] = reason
+        if self.told_gang.get(key) != general:  # one Event per gang per change, not per member per retry
+            self.told_gang[key] = general
             self.dispatcher.event(self.pod_ref(record), "GangWaiting", reason, EVENT_NORMAL)
 
     def members(self, gang_key: str) -> list[PodRecord]:
@@ -143,6 +150,7 @@ class GangLifecycle:
         self.queue.admitted(entry.gang_key)
         self.republish.add(entry.gang_key)
         self._logged_wait.pop(entry.gang_key, None)
+        self.told_gang.pop(entry.gang_key, None)
         if not entry.has_bound():
             self._observe(entry.gang_key, "reserved")
         cost = entry.placement.cost if entry.placement is not None else None
@@ -158,11 +166,16 @@ class GangLifecycle:
                 continue
             self.told.pop(record.uid, None)
             parked = record.uid in self.turned_away or (by is None and record.uid not in self.seen)
-            if parked and (by is None or record.uid != by.uid):  # refused before, or never asked about by
-                self._requeue(record, entry.node_of(record.member.index))  # kube-scheduler: it may be parked
+            if parked and (by is None or record.uid != by.uid) and self.leaves_to_kube(record):  # refused before,
+                self._requeue(record, entry.node_of(record.member.index))  # or never asked about: it may be parked
+        for hook in self.after_reserved:
+            hook(entry.gang_key)
 
     def completed(self, entry: Reservation) -> None:
-        """Every member is bound: log and tell the pods."""
+        """Every member is bound: log and tell the pods, once per time the gang becomes whole."""
+        if entry.announced_bound:
+            return
+        entry.announced_bound = True
         self._observe(entry.gang_key, "bound")
         message = f"gang {entry.gang_key}: all {len(entry.gang.pods)} pods bound"
         log.info(message, extra={"gang": entry.gang_key, "decision": "bound"})
@@ -249,6 +262,7 @@ class GangLifecycle:
         for key in gone:  # the job is deleted: forget its arrival too (a new job of that name starts afresh)
             self.queue.forget(key)
             self._logged_wait.pop(key, None)
+            self.told_gang.pop(key, None)
         known = self.state.pods
         for table in (self.seen, self.turned_away, self.requeued, self.told, self.noticed):
             for uid in [u for u in table if u not in known]:
@@ -307,7 +321,7 @@ class GangLifecycle:
 
     def _requeue_overdue(self, entry: Reservation, now: float) -> None:
         for record in self.members(entry.gang_key):
-            if record.node or entry.node_of(record.member.index) is None:
+            if record.node or entry.node_of(record.member.index) is None or not self.leaves_to_kube(record):
                 continue
             slot = entry.slots[record.member.index]
             if slot.state != SLOT_RESERVED:

@@ -1,13 +1,16 @@
 """Rank-table publishing for bound gangs: when, what, and retrying after failures.
 
-`GangScheduler` marks a gang due when its reservation is created (pods not yet bound have node
-null) and when it becomes fully bound.  `RankTableTracker.flush` snapshots the reservation under the
-state lock and builds and publishes the ConfigMap outside it; one publisher at a time, so versions
-of one ConfigMap reach the API server in order, each built from the state as of its own publish.
+One write per gang: `GangScheduler` marks a gang due when it becomes fully bound (and again when a bound
+gang changes: a member replaced, an elastic resize); a gang not (or no longer) fully bound is dropped
+from the due list, since its members' own bind annotations already carry their assignment and the
+table follows once the gang is whole.  A table identical to the one last published is not sent again.
+`RankTableTracker.flush` snapshots the reservation under the state lock and builds and publishes the
+ConfigMap outside it; one publisher at a time, so versions of one ConfigMap reach the API server in
+order, each built from the state as of its own publish.
 
-The filter handler runs on the event loop, so it never publishes itself: `publish_soon` hands the
-gang to one background thread (`meshfit-ranktables`, started on demand, gone after a second idle),
-and a real-mode API round trip no longer blocks every other request.  `wait_idle` waits for that
+Publishing is off the bind path: `publish_soon` hands the gang to one background thread
+(`meshfit-ranktables`, started on demand, gone after a second idle), so no verb waits for an API
+round trip.  `wait_idle` waits for that
 thread to finish what was queued (tests, and `GET /ranktables` so a read follows the filter that
 caused it).  A failed publish never fails a request: it is logged, counted (`on_failure`) and stays
 due, so the next bind of the gang (or the service's background sweep) tries again.
@@ -16,13 +19,14 @@ due, so the next bind of the gang (or the service's background sweep) tries agai
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import Any, Callable
 
 from scheduler.handoff.rank_table import configmap_name, rank_table_configmap
 from scheduler.service.binding import RankTablePublisher, master_address, reservation_placement
-from scheduler.gangs.ledger import SLOT_BOUND, Reservation
+from scheduler.gangs.ledger import SLOT_BOUND, STATUS_BOUND, Reservation
 from scheduler.cache.state import ClusterState
 
 log = logging.getLogger("meshfit.service")
@@ -74,11 +78,17 @@ class RankTableTracker:
         self._worker: threading.Thread | None = None
         self.elastic_of: Callable[[Reservation], dict | None] = lambda entry: entry.elastic
         """The `elastic` section of a gang's table (called under the state lock; `scheduler.service.elastic`)."""
+        self._last: dict[str, str] = {}
+        """Gang key -> the table text last published (an unchanged table is not written again)."""
 
     def mark_due(self, gang_key: str) -> None:
         """The gang's rank table changed (reservation created, or every pod bound)."""
         with self._lock:
             self._due[gang_key] = self._due.get(gang_key, 0) + 1
+
+    def forget(self, gang_key: str) -> None:
+        """A new generation of the gang was reserved: its next table is published even if it reads the same."""
+        self._last.pop(gang_key, None)
 
     def due(self) -> list[str]:
         """Gang keys whose rank table is not yet published as it stands."""
@@ -130,10 +140,11 @@ class RankTableTracker:
                     self._queue.notify_all()
 
     def _snapshot(self, gang_key: str) -> tuple | None:
-        """(placement, master address, bound pod indices, elastic info) of the gang as of now, or None once gone."""
+        """(placement, master address, bound pod indices, elastic info) of the fully bound gang as of now, or None
+        (gone, or not fully bound: nothing to publish until it is)."""
         with self.state.lock:
             entry = self.state.ledger.get(gang_key)
-            if entry is None:
+            if entry is None or entry.status != STATUS_BOUND:
                 return None
             bound = {index for index, slot in entry.slots.items() if slot.state == SLOT_BOUND}
             return reservation_placement(entry), master_address(entry), bound, self.elastic_of(entry)
@@ -144,11 +155,18 @@ class RankTableTracker:
         if version is None:  # a concurrent flush published it while this one waited for `_publishing`
             return True
         snapshot = self._snapshot(gang_key)
+        if snapshot is None:
+            with self.state.lock:
+                if self.state.ledger.get(gang_key) is None:
+                    self._last.pop(gang_key, None)
         if snapshot is not None:
             placement, master, bound, elastic = snapshot
             configmap = rank_table_configmap(placement, master, bound_pods=bound, elastic=elastic)  # off the lock
+            text = json.dumps(configmap, sort_keys=True)
             try:
-                self.publisher.publish(configmap)
+                if self._last.get(gang_key) != text:
+                    self.publisher.publish(configmap)
+                    self._last[gang_key] = text
             except Exception as exc:  # noqa: BLE001 - any publisher failure: log, count, retry later
                 log.warning("publishing the rank table of gang %s failed (will retry): %s", gang_key, exc)
                 if self.on_failure is not None:

@@ -33,7 +33,8 @@ from scheduler.gangs.ledger import (
 )
 from scheduler.gangs.reserve_ops import place_and_reserve, reserve_remaining
 from scheduler.service.actions import ActionDispatcher, ClusterActions, MemoryActions
-from scheduler.service.binding import Binder, RankTablePublisher, bind_annotations
+from scheduler.service.binding import Binder, RankTablePublisher, RendezvousMissing, bind_annotations
+from scheduler.service.gang_binding import GangBinding
 from scheduler.service.gang_lifecycle import DEFAULT_COMPLETION_TIMEOUT, GangLifecycle
 from scheduler.service.elastic import ElasticGangs
 from scheduler.service.preemption_flow import PreemptionFlow
@@ -73,7 +74,9 @@ class GangScheduler:
                  publisher: RankTablePublisher | None = None,
                  on_publish_failed: Callable[[str, Exception], None] | None = None,
                  actions: ClusterActions | None = None, synchronous_actions: bool = False,
-                 completion_timeout: float = DEFAULT_COMPLETION_TIMEOUT, preemption: bool = True) -> None:
+                 completion_timeout: float = DEFAULT_COMPLETION_TIMEOUT, preemption: bool = True,
+                 direct_binding: Callable[[PodRecord, str, dict], str] | None = None,
+                 bind_workers: int = 16) -> None:
         self.state = state
         self.binder = binder
         self.policy = policy
@@ -87,6 +90,16 @@ class GangScheduler:
         self.lifecycle = GangLifecycle(state, self.dispatcher, policy, state.ledger.clock, completion_timeout)
         self.preemption = PreemptionFlow(self, enabled=preemption)
         self.elastic = ElasticGangs(self)
+        self.direct: GangBinding | None = None
+        """Binds reserved members itself (`scheduler.service.gang_binding`) when given a node-fit check."""
+        if direct_binding is not None:
+            self.direct = GangBinding(state, binder, direct_binding, self._publish_if_bound, state.ledger.clock,
+                                      lambda: self.lifecycle.scheduler_names, workers=bind_workers,
+                                      synchronous=synchronous_actions)
+            self.direct.rolling_back = lambda key: key in self.lifecycle.rolling_back
+            self.lifecycle.after_reserved.append(self.direct.kick)
+            self.lifecycle.leaves_to_kube = self.direct.leaves_to_kube
+            state.member_pending = self._member_pending
 
     # ----- housekeeping ----------------------------------------------------------------------
     def sweep(self) -> list[str]:
@@ -104,11 +117,25 @@ class GangScheduler:
         self.sweep()
         with self.state.lock:
             self.lifecycle.tick()
+            if self.direct is not None:
+                self.direct.forget_gone(self.state.pods)
+                self.direct.kick_all()
             reserved, self.lifecycle.republish = self.lifecycle.republish, set()
+        self.run_direct_binds()
         for key in reserved:
             self.rank_tables.mark_due(key)
         if reserved:
             self.rank_tables.publish_soon(sorted(reserved))
+
+    def _member_pending(self, record: PodRecord) -> None:
+        """The watch reported a pending member (called under the lock): bind it if its gang is reserved."""
+        if self.direct is not None and record.member is not None:
+            self.direct.kick(record.member.gang_key)
+
+    def run_direct_binds(self) -> None:
+        """Synchronous mode (tests): post the Bindings the direct binder queued (no-op otherwise)."""
+        if self.direct is not None and self.direct.synchronous:
+            self.direct.run_pending()
 
     def publish_due(self) -> int:
         """Publish every rank table still due (after failures); returns how many failed again."""
@@ -172,7 +199,7 @@ class GangScheduler:
             if entry is None:
                 return None, reason
             entry.signature = record.signature()
-            self.rank_tables.mark_due(member.gang_key)
+            self.rank_tables.forget(member.gang_key)
             if self.on_placed is not None and entry.placement is not None:
                 self.on_placed(entry.placement)
         elif entry.node_of(member.index) is None and not self.elastic.beyond_size(member, entry):
@@ -209,6 +236,11 @@ class GangScheduler:
 
     def _filter_gang(self, record: PodRecord, node_names: list[str], complete: bool) -> FilterDecision:
         offered: frozenset[str] | None = None
+        if record.node:  # already bound (by meshfit's own Binding): kube-scheduler's queue is behind the watch
+            if record.node in node_names:
+                return FilterDecision(nodes=[record.node])
+            return FilterDecision(failed={n: f"pod {record.key} is already bound to node {record.node}"
+                                          for n in node_names})
         with self.state.lock:
             self.lifecycle.arrived(record)
             entry = self.state.ledger.get(record.member.gang_key)
@@ -218,6 +250,8 @@ class GangScheduler:
             held_before = entry.node_of(record.member.index) if entry is not None else None
             if complete and (held_before is None or held_before not in node_names):
                 offered = frozenset(node_names)
+            if self.direct is not None:  # kube-scheduler is working on this member: its own /bind follows
+                self.direct.note_kube_handling(record)
             try:
                 entry, reason = self._reserve_for(record, offered)
             except (JobSpecError, TopologyError, ValueError) as exc:
@@ -227,12 +261,14 @@ class GangScheduler:
                 node, reason = self._unoffered(record, entry, node, offered, len(node_names), complete)
             if node is None:
                 self.lifecycle.turned_away_now(record, reason)
+                if self.direct is not None:
+                    self.direct.kube_handling.pop(record.uid, None)
             else:
                 self.state.ledger.touch(record.member.gang_key)
-        if held_before is None and node is not None:  # this call reserved: publish (node null until bound),
-            self.rank_tables.publish_soon([record.member.gang_key])  # in the background: filter runs on the loop
+        self.run_direct_binds()
         if node is None:
-            return FilterDecision(failed={name: reason for name in node_names})
+            wire = reason.split(" [queue position", 1)[0]  # a stable message: kube-scheduler patches the pod's
+            return FilterDecision(failed={name: wire for name in node_names})  # condition only when it changes
         return FilterDecision(nodes=[node])
 
     def _unoffered(self, record: PodRecord, entry: Reservation, node: str, offered: frozenset[str] | None,
@@ -241,6 +277,10 @@ class GangScheduler:
         slot = entry.slots[record.member.index]
         if not complete:  # Volcano asks node by node: this is just not the reserved one
             return None, f"pod {record.member.index} of gang {record.member.gang_key} is reserved on node {node}"
+        if self.direct is not None and slot.state == SLOT_RESERVED and not self.direct.leaves_to_kube(record):
+            self.direct.kick(record.member.gang_key)  # meshfit binds it itself: no nomination, no requeue
+            return None, (f"pod {record.member.index} of gang {record.member.gang_key} is reserved on node {node} "
+                          f"(not offered); meshfit binds it there itself")
         if slot.state != SLOT_RESERVED or record.nominated != node or not offered:
             # not nominated there yet: most likely sampled out (percentageOfNodesToScore < 100); the requeue
             # nominates the node, which kube-scheduler then tries first and alone
@@ -289,22 +329,24 @@ class GangScheduler:
             if record.member is not None:
                 member = record.member
                 entry = self.state.ledger.get(member.gang_key)
-                held = entry.node_of(member.index) if entry is not None else None
-                if held is None:
-                    return (f"pod {namespace}/{name} of gang {member.gang_key} has no reservation "
-                            f"(expired or released); it will be filtered again")
-                if held != node:
-                    return f"pod {namespace}/{name} of gang {member.gang_key} is reserved on {held}, not {node}"
-                if not self.state.ledger.mark_binding(member.gang_key, member.index, name):
-                    return (f"pod {namespace}/{name} of gang {member.gang_key}: its slot is "
-                            f"{entry.slots[member.index].state} (by {entry.slots[member.index].pod}), not reserved")
-                self.lifecycle.arrived(record)
-                annotations = bind_annotations(entry, member.index)
+                settled = self._already_bound(record, entry, node)
+                if settled is not None:
+                    return settled
+                if self.direct is not None and record.uid in self.direct.in_flight:
+                    in_flight = True
+                else:
+                    in_flight = False
+                    error = self._claim_slot(record, entry, node)
+                    if error:
+                        return error
+                    annotations = bind_annotations(entry, member.index)
             elif record.gpus > 0 and not record.node:
                 error = self._assume_single(record, node)
                 if error:
                     return error
                 assumed = True
+        if member is not None and in_flight:  # meshfit's own Binding of this member is in flight: its outcome
+            return self.direct.wait_for(record.uid, 30.0) or ""
         try:
             self.binder.bind(namespace, name, uid or record.uid, node, annotations)
         except Exception as exc:  # noqa: BLE001 - any binder failure is reported to kube-scheduler
@@ -321,18 +363,46 @@ class GangScheduler:
             self._publish_if_bound(member.gang_key)
         return ""
 
-    def _publish_if_bound(self, gang_key: str) -> None:
-        """Mark the rank table due once every pod is bound; publish what is due (failures retry later).
+    def _already_bound(self, record: PodRecord, entry: Reservation | None, node: str) -> str | None:
+        """"" when this member is already bound to `node` (idempotent `/bind`), an error when bound elsewhere,
+        None when it is not bound yet."""
+        slot = entry.slots.get(record.member.index) if entry is not None else None
+        bound_to = record.node or (slot.node if slot is not None and slot.state == SLOT_BOUND
+                                   and slot.pod == record.name else None)
+        if bound_to is None:
+            return None
+        return "" if bound_to == node else f"pod {record.key} is already bound to node {bound_to}, not {node}"
 
-        Synchronous: bind runs in a worker thread (never on the event loop), and publishing before
-        answering means the last member's bind returns with the complete table already published.
-        """
+    def _claim_slot(self, record: PodRecord, entry: Reservation | None, node: str) -> str:
+        """Mark the member's slot binding for kube-scheduler's `/bind`; "" or why it cannot be bound to `node`."""
+        member, name = record.member, record.name
+        held = entry.node_of(member.index) if entry is not None else None
+        if held is None:
+            return (f"pod {record.key} of gang {member.gang_key} has no reservation "
+                    f"(expired or released); it will be filtered again")
+        if held != node:
+            return f"pod {record.key} of gang {member.gang_key} is reserved on {held}, not {node}"
+        if not entry.node_of(0):
+            return str(RendezvousMissing(f"gang {member.gang_key}: no node is held for pod 0; not binding pod "
+                                         f"{record.key} until pod 0 is placed"))
+        if not self.state.ledger.mark_binding(member.gang_key, member.index, name):
+            return (f"pod {record.key} of gang {member.gang_key}: its slot is "
+                    f"{entry.slots[member.index].state} (by {entry.slots[member.index].pod}), not reserved")
+        self.lifecycle.arrived(record)
+        return ""
+
+    def _publish_if_bound(self, gang_key: str) -> None:
+        """Once every pod is bound: announce it (once) and queue the rank table for the background publisher.
+
+        Off the bind path: the table is published by one background thread, once per gang (and again only when a
+        bound gang changes: a replaced member, an elastic resize)."""
         with self.state.lock:
             entry = self.state.ledger.get(gang_key)
-            if entry is not None and entry.status == STATUS_BOUND:
-                self.rank_tables.mark_due(gang_key)
-                self.lifecycle.completed(entry)
-        self.rank_tables.flush([gang_key])
+            if entry is None or entry.status != STATUS_BOUND:
+                return
+            self.rank_tables.mark_due(gang_key)
+            self.lifecycle.completed(entry)
+        self.rank_tables.publish_soon([gang_key])
 
     def _assume_single(self, record: PodRecord, node_name: str) -> str:
         node = self.state.topology.node_by_name.get(node_name)

@@ -7,6 +7,8 @@ random order), asks `/prioritize`, then `/bind`.  The service runs exactly as `m
 
 from __future__ import annotations
 
+from typing import Any
+
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +78,7 @@ class RealModeService:
     state: ClusterState
     cache: KubeCache
     client: TestClient
+    scheduler: Any = None
 
 
 def start_service(api_client) -> RealModeService:
@@ -83,7 +86,7 @@ def start_service(api_client) -> RealModeService:
     state = ClusterState()
     cache = sync_once(state, api_client, watch_seconds=2).start()
     scheduler, metrics = build_scheduler(state, KubeBinder(api_client), "meshfit", KubeRankTablePublisher(api_client))
-    return RealModeService(state, cache, TestClient(create_app(scheduler, metrics)))
+    return RealModeService(state, cache, TestClient(create_app(scheduler, metrics)), scheduler)
 
 
 @pytest.fixture
@@ -121,8 +124,10 @@ def schedule(service: RealModeService, double: ApiServerDouble, name: str) -> st
     return node
 
 
-def published_table(double: ApiServerDouble) -> RankTable:
-    """The rank-table ConfigMap in the double, parsed strictly."""
+def published_table(double: ApiServerDouble, service=None) -> RankTable:
+    """The rank-table ConfigMap in the double (published in the background once the gang is whole), parsed strictly."""
+    if service is not None:
+        assert service.scheduler.rank_tables.wait_idle(10.0)
     resource = double.resource_for({"apiVersion": "v1", "kind": "ConfigMap"})
     configmap = double.store.get(resource, NAMESPACE, configmap_name(JOB))
     return parse_rank_table(configmap["data"][RANK_TABLE_KEY])
@@ -151,7 +156,7 @@ def test_gang_binds_whole_with_annotations_rank_table_and_launch_env(double, api
     service = start_service(api_client)
     try:
         chosen = {name: schedule(service, double, name) for name in random.Random(7).sample(POD_NAMES, 4)}
-        table = published_table(double)
+        table = published_table(double, service)
     finally:
         service.cache.stop()
     assert {name: stored_pod(double, name)["spec"]["nodeName"] for name in POD_NAMES} == chosen
@@ -198,7 +203,7 @@ def bind_across_a_restart(double: ApiServerDouble, api_client,
         with state.lock:
             state.topology.check_invariants()
             used = {n.name: n.gpus_total - n.gpus_free for n in state.topology.nodes}
-        table = published_table(double)
+        table = published_table(double, second)
     finally:
         second.cache.stop()
     return state, used, table
@@ -245,7 +250,7 @@ def test_master_node_taken_during_the_restart_refuses_the_rest_until_it_frees(do
         assert eventually(lambda: service.state.topology.node_by_name[master].gpus_free == GPUS)
         nodes_after = [schedule(service, double, name) for name in RESTART_ORDER[2:]]
         assert nodes_after[RESTART_ORDER[2:].index(POD_NAMES[0])] == master
-        table = published_table(double)
+        table = published_table(double, service)
     finally:
         service.cache.stop()
     given = {parse_assignment(stored_pod(double, name)["metadata"]["annotations"]).master_addr for name in POD_NAMES}
@@ -272,7 +277,7 @@ def test_a_binding_that_fails_with_500_leaves_the_pod_untouched_and_the_gang_who
         rest = [POD_NAMES[0], POD_NAMES[2], POD_NAMES[3]]
         chosen = {name: schedule(service, double, name) for name in rest}  # kube-scheduler retries: no disagreement
         assert chosen[POD_NAMES[2]] == node
-        table = published_table(double)
+        table = published_table(double, service)
     finally:
         service.cache.stop()
     assert table.complete and table.pod_nodes[1] == first

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from scheduler.kube.leader import (
     DEFAULT_NAMESPACE, LeaderElector, LeaderOptions, StandbyGate, default_namespace, leader_flags_problem,
 )
-from tests.realk8s.conftest import control_plane, kube  # noqa: F401 - fixtures for the election tests
+from tests.realk8s.conftest import control_plane, k8s_install, kube  # noqa: F401 - fixtures for the election tests
 
 FAST = dict(lease_duration=3.0, renew_deadline=2.0, retry_period=1.0)
 

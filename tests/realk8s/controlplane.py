@@ -308,7 +308,7 @@ class ControlPlane:
             "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
             "--use-service-account-credentials=true", f"--service-account-private-key-file={self.pki / 'sa.key'}",
             f"--root-ca-file={self.pki / 'ca.crt'}", f"--controllers={','.join(controllers or self._controllers())}",
-            "--concurrent-job-syncs=10", "--v=1", *self._gates()], self.logs / "kube-controller-manager.log").start()
+            "--v=1", *self._gates()], self.logs / "kube-controller-manager.log").start()
         insecure = ssl.create_default_context()
         insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
         wait_until(lambda: http_ok(f"https://127.0.0.1:{port}/healthz", insecure), 60, self.controller_manager,

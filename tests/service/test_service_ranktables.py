@@ -1,4 +1,4 @@
-"""Rank-table ConfigMaps of reserved and bound gangs: when they are published, what they say, retries."""
+"""Rank-table ConfigMaps of bound gangs: published once, off the bind path, when whole; what they say; retries."""
 
 from __future__ import annotations
 
@@ -57,15 +57,22 @@ def rank_table(service: Service, job: str = "train") -> dict:
     return response.json()
 
 
-def test_reservation_publishes_a_table_with_every_node_null():
-    service = make_service()
+def test_a_reservation_publishes_nothing_the_whole_gang_publishes_once():
+    counting = FlakyPublisher(failures=0)
+    service = service_with(counting)
     pods = [gang_pod("train", i, 3, parallelism="tp=8,dp=3") for i in range(3)]
-    filter_nodes(service.filter(pods[1]))
-    configmap = rank_table(service)
-    assert configmap["metadata"]["name"] == configmap_name("train")
-    table = parse_rank_table(configmap["data"][RANK_TABLE_KEY])
-    assert table.pod_nodes == (None, None, None) and not table.complete
-    assert table.world_size == 24
+    nodes = [filter_nodes(service.filter(pod))[0] for pod in pods]
+    assert service.scheduler.rank_tables.wait_idle(5.0) and counting.attempts == 0  # reserved: no write
+    for pod, node in zip(pods, nodes):
+        assert service.bind(pod, node) == {"Error": ""}
+    assert service.scheduler.rank_tables.wait_idle(5.0)
+    assert counting.attempts == 1  # one write for the whole gang
+    service.scheduler.tick()
+    service.scheduler.rank_tables.mark_due("default/train")
+    service.scheduler.publish_due()
+    assert counting.attempts == 1  # an unchanged table is never written again
+    table = parse_rank_table(counting.get("default", configmap_name("train"))["data"][RANK_TABLE_KEY])
+    assert table.complete and table.pod_nodes == tuple(nodes) and table.world_size == 24
 
 
 @pytest.mark.parametrize("order", [(0, 1, 2), (2, 0, 1)], ids=["in-order", "shuffled"])
@@ -92,36 +99,21 @@ def test_configmap_name_is_also_accepted_and_unknown_jobs_are_404():
     assert response.status_code == 404 and "nope" in response.json()["error"]
 
 
-def test_failed_publish_does_not_fail_the_bind_and_is_retried_on_the_next_bind():
-    publisher = FlakyPublisher(failures=2)  # the reservation's publish and the first retry fail
+def test_failed_publish_does_not_fail_the_bind_and_is_retried_by_the_sweeper():
+    publisher = FlakyPublisher(failures=2)
     service = service_with(publisher)
     pods = [gang_pod("train", i, 2) for i in range(2)]
-    [node0] = filter_nodes(service.filter(pods[0]))
-    assert service.scheduler.rank_tables.wait_idle(5.0)  # the reservation's publish runs in the background
-    assert publisher.get("default", configmap_name("train")) is None
-    assert service.bind(pods[0], node0) == {"Error": ""}
-    assert service.scheduler.rank_tables.due() == ["default/train"]
-    [node1] = filter_nodes(service.filter(pods[1]))
-    assert service.bind(pods[1], node1) == {"Error": ""}
-    assert service.scheduler.rank_tables.due() == []
+    nodes = [filter_nodes(service.filter(pod))[0] for pod in pods]
+    for pod, node in zip(pods, nodes):
+        assert service.bind(pod, node) == {"Error": ""}
+    assert service.scheduler.rank_tables.wait_idle(5.0)
+    assert service.scheduler.rank_tables.due() == ["default/train"]  # the background publish failed
+    assert service.scheduler.publish_due() == 1  # the sweeper's retry fails once more, then succeeds
+    assert service.scheduler.publish_due() == 0 and service.scheduler.rank_tables.due() == []
     table = parse_rank_table(publisher.get("default", configmap_name("train"))["data"][RANK_TABLE_KEY])
-    assert table.pod_nodes == (node0, node1)
+    assert table.pod_nodes == tuple(nodes)
     metrics = service.client.get("/metrics").text
     assert "meshfit_rank_table_publish_failures_total 2.0" in metrics
-
-
-def test_failure_on_the_last_bind_is_published_by_the_background_retry():
-    publisher = FlakyPublisher(failures=0)
-    service = service_with(publisher)
-    pod = gang_pod("solo", 0, 1)
-    [node] = filter_nodes(service.filter(pod))
-    assert service.scheduler.rank_tables.wait_idle(5.0)
-    publisher.failures = 1
-    assert service.bind(pod, node) == {"Error": ""}
-    assert service.scheduler.rank_tables.due() == ["default/solo"]
-    assert service.scheduler.publish_due() == 0
-    table = json.loads(publisher.get("default", configmap_name("solo"))["data"][RANK_TABLE_KEY])
-    assert table["pods"][0]["node"] == node
 
 
 class BlockingPublisher(MemoryRankTables):
@@ -142,38 +134,26 @@ class BlockingPublisher(MemoryRankTables):
         self.published.append(tuple(pod["node"] for pod in nodes))
 
 
-def test_filter_answers_while_the_reservation_publish_is_still_in_flight():
-    publisher = BlockingPublisher()
-    service = service_with(publisher)
-    pods = [gang_pod("train", i, 2) for i in range(2)]
-    [node0] = filter_nodes(service.filter(pods[0]))  # returns although the publisher is blocked
-    assert publisher.started.wait(5.0) and publisher.get("default", configmap_name("train")) is None
-    assert not service.scheduler.rank_tables.wait_idle(0)
-    publisher.release.set()
-    assert service.scheduler.rank_tables.wait_idle(5.0)
-    assert publisher.published == [(None, None)]
-    assert service.scheduler.rank_tables.due() == []
-
-
-def test_versions_of_one_table_are_published_in_order_and_the_last_is_complete():
+def test_the_last_bind_answers_while_the_publish_is_still_in_flight():
     publisher = BlockingPublisher()
     service = service_with(publisher)
     pods = [gang_pod("train", i, 2) for i in range(2)]
     nodes = [filter_nodes(service.filter(pod))[0] for pod in pods]
-    assert publisher.started.wait(5.0)
-    binds = threading.Thread(target=lambda: [service.bind(pod, node) for pod, node in zip(pods, nodes)])
-    binds.start()  # the last bind publishes the complete table, queued behind the in-flight one
+    for pod, node in zip(pods, nodes):
+        assert service.bind(pod, node) == {"Error": ""}  # returns although the publisher is blocked
+    assert publisher.started.wait(5.0) and publisher.get("default", configmap_name("train")) is None
+    assert not service.scheduler.rank_tables.wait_idle(0)
     publisher.release.set()
-    binds.join(10.0)
     assert service.scheduler.rank_tables.wait_idle(5.0)
-    assert publisher.published[0] == (None, None) and publisher.published[-1] == tuple(nodes)
+    assert publisher.published == [tuple(nodes)]
     assert parse_rank_table(rank_table(service)["data"][RANK_TABLE_KEY]).pod_nodes == tuple(nodes)
 
 
-def test_read_waits_for_the_publish_its_filter_queued():
+def test_read_waits_for_the_publish_its_bind_queued():
     service = make_service()
     for g in range(5):
-        filter_nodes(service.filter(gang_pod(f"job{g}", 0, 1)))
+        [node] = filter_nodes(service.filter(gang_pod(f"job{g}", 0, 1)))
+        assert service.bind(gang_pod(f"job{g}", 0, 1), node) == {"Error": ""}
         assert rank_table(service, f"job{g}")["metadata"]["name"] == configmap_name(f"job{g}")
 
 
@@ -209,7 +189,10 @@ def test_shutdown_waits_for_queued_publishes():
     service = service_with(publisher)
     with TestClient(create_app(service.scheduler, build_scheduler(service.state, service.binder)[1])) as client:
         nodes = sorted(service.state.topology.node_by_name)
-        client.post("/filter", json={"Pod": gang_pod("train", 0, 1), "Nodes": None, "NodeNames": nodes})
+        pod = gang_pod("train", 0, 1)
+        [node] = client.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": nodes}).json()["NodeNames"]
+        client.post("/bind", json={"PodName": "train-0", "PodNamespace": "default",
+                                   "PodUID": pod["metadata"]["uid"], "Node": node})
         assert publisher.started.wait(5.0)
         threading.Timer(0.2, publisher.release.set).start()
-    assert publisher.published == [(None,)]
+    assert publisher.published == [(node,)]

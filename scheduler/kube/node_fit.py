@@ -1,0 +1,195 @@
+"""Would kube-scheduler's own filters accept this pod on this node?  The check behind meshfit binding members itself.
+
+When a gang is reserved, meshfit binds its members directly (docs/architecture.md, "Binding path"); a member
+kube-scheduler never evaluated must still be safe on its node.  `pod_needs` reads, once per pod version,
+what kube-scheduler's default filter plugins look at; `fit_reason` checks it against a Node object and the
+requests already bound there:
+
+- NodeUnschedulable (`spec.unschedulable`, unless tolerated), TaintToleration (NoSchedule / NoExecute taints),
+  NodeAffinity (`nodeSelector`, required node affinity terms: `matchExpressions` with In, NotIn, Exists,
+  DoesNotExist, Gt, Lt and `matchFields` on `metadata.name`), NodeResourcesFit (every requested resource,
+  containers summed, init containers' maximum, pod overhead, and the pod count against `allocatable`).
+- What depends on other pods or other objects is not re-implemented: a pod with inter-pod (anti-)affinity,
+  topology spread constraints, host ports, PersistentVolumeClaims or ephemeral volumes, resource claims (DRA)
+  or scheduling gates is never bound directly (`PodNeeds.direct_bind_blocker`); kube-scheduler binds it.
+
+Quantities are parsed by the official client's `kubernetes.utils.parse_quantity`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Callable, Iterable, Mapping
+
+from kubernetes.utils import parse_quantity
+
+POD_COUNT = "pods"
+NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+@dataclass(frozen=True)
+class PodNeeds:
+    """What kube-scheduler's node-local filters check of one pod (see the module docstring)."""
+
+    requests: Mapping[str, Decimal] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity_terms: tuple = ()
+    """Required node-affinity `nodeSelectorTerms` (ORed), raw dicts."""
+    tolerations: tuple = ()
+    direct_bind_blocker: str = ""
+    """Why meshfit must leave this pod to kube-scheduler ("" when it may bind it itself)."""
+
+
+def _quantity(value: Any) -> Decimal:
+    try:
+        return Decimal(parse_quantity(value))
+    except (ValueError, TypeError, ArithmeticError):
+        return Decimal(0)
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+    resources = container.get("resources") or {}
+    requests = dict(resources.get("limits") or {})  # limits stand in for missing requests, as in Kubernetes
+    requests.update(resources.get("requests") or {})
+    return {name: _quantity(value) for name, value in requests.items()}
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Effective requests: containers summed, each init container's maximum, plus the overhead; `pods`: 1."""
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or ():
+        for name, value in _container_requests(container).items():
+            total[name] = total.get(name, Decimal(0)) + value
+    for container in spec.get("initContainers") or ():
+        for name, value in _container_requests(container).items():
+            if container.get("restartPolicy") == "Always":  # a sidecar runs beside the containers
+                total[name] = total.get(name, Decimal(0)) + value
+            else:
+                total[name] = max(total.get(name, Decimal(0)), value)
+    for name, value in (spec.get("overhead") or {}).items():
+        total[name] = total.get(name, Decimal(0)) + _quantity(value)
+    total[POD_COUNT] = Decimal(1)
+    return total
+
+
+def _blocker(spec: Mapping[str, Any]) -> str:
+    affinity = spec.get("affinity") or {}
+    if affinity.get("podAffinity") or affinity.get("podAntiAffinity"):
+        return "it has inter-pod (anti-)affinity"
+    if spec.get("topologySpreadConstraints"):
+        return "it has topology spread constraints"
+    if any("persistentVolumeClaim" in v or "ephemeral" in v for v in spec.get("volumes") or ()):
+        return "it mounts persistent volume claims"
+    if spec.get("resourceClaims"):
+        return "it has resource claims"
+    if spec.get("schedulingGates"):
+        return "it has scheduling gates"
+    containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+    if any(port.get("hostPort") for c in containers for port in c.get("ports") or ()):
+        return "it uses host ports"
+    return ""
+
+
+def pod_needs(pod: Mapping[str, Any]) -> PodNeeds:
+    """Read `PodNeeds` from a v1 Pod dict."""
+    spec = pod.get("spec") or {}
+    node_affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {})
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return PodNeeds(pod_requests(spec), dict(spec.get("nodeSelector") or {}),
+                    tuple(required.get("nodeSelectorTerms") or ()), tuple(spec.get("tolerations") or ()),
+                    _blocker(spec))
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """True when one of `tolerations` tolerates `taint` (v1 semantics: Equal/Exists, empty key = any key)."""
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.get("effect"):
+            continue
+        key, operator = toleration.get("key") or "", toleration.get("operator") or "Equal"
+        if key and key != taint.get("key"):
+            continue
+        if not key and operator != "Exists":
+            continue
+        if operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def _expression_matches(expression: Mapping[str, Any], values_of: Mapping[str, str]) -> bool:
+    key, operator = expression.get("key"), expression.get("operator")
+    values = [str(v) for v in expression.get("values") or ()]
+    present = key in values_of
+    if operator == "In":
+        return present and values_of[key] in values
+    if operator == "NotIn":
+        return not present or values_of[key] not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            have, want = int(values_of[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if operator == "Gt" else have < want
+    return False
+
+
+def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
+    expressions, fields = term.get("matchExpressions") or (), term.get("matchFields") or ()
+    if not expressions and not fields:
+        return False  # an empty term matches nothing
+    return (all(_expression_matches(e, labels) for e in expressions)
+            and all(_expression_matches(f, {"metadata.name": name}) for f in fields))
+
+
+def _resource_reason(needs: PodNeeds, node: Mapping[str, Any], used: Mapping[str, Decimal]) -> str:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    for resource, want in needs.requests.items():
+        if want <= 0:
+            continue
+        have = _quantity(allocatable[resource]) if resource in allocatable else Decimal(0)
+        if resource not in allocatable and resource != POD_COUNT:
+            return f"node has no {resource}"
+        free = have - used.get(resource, Decimal(0))
+        if want > free:
+            return f"insufficient {resource} ({want} requested, {max(free, Decimal(0))} free)"
+    return ""
+
+
+def fit_reason(needs: PodNeeds, node: Mapping[str, Any], used: Mapping[str, Decimal]) -> str:
+    """"" when kube-scheduler's node-local filters would accept the pod on `node`, else the first reason why not."""
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    name, labels = str(meta.get("name") or ""), meta.get("labels") or {}
+    if spec.get("unschedulable") and not tolerates(needs.tolerations, {"key": UNSCHEDULABLE_TAINT,
+                                                                         "effect": "NoSchedule"}):
+        return "node is cordoned"
+    for taint in spec.get("taints") or ():
+        if taint.get("effect") in NO_SCHEDULE_EFFECTS and not tolerates(needs.tolerations, taint):
+            return f"untolerated taint {taint.get('key')}:{taint.get('effect')}"
+    if any(labels.get(k) != v for k, v in needs.node_selector.items()):
+        return "node does not match the pod's nodeSelector"
+    if needs.affinity_terms and not any(_term_matches(t, labels, name) for t in needs.affinity_terms):
+        return "node does not match the pod's required node affinity"
+    return _resource_reason(needs, node, used)
+
+
+def state_fit_check(state: Any) -> Callable[[Any, str, Mapping[str, Decimal]], str]:
+    """The direct binder's check over a `ClusterState`: the record's `needs` on the Node object the watch reported,
+    against what bound pods (`state.requested`) and Bindings in flight there (`in_flight`) already take.
+    Call it under the state's lock."""
+
+    def fits(record: Any, node_name: str, in_flight: Mapping[str, Decimal]) -> str:
+        node = state.nodes.get(node_name)
+        if node is None or record.needs is None:
+            return f"node {node_name} is not known" if node is None else "its spec was not read"
+        used = dict(state.requested.get(node_name, {}))
+        for resource, value in in_flight.items():
+            used[resource] = used.get(resource, 0) + value
+        return fit_reason(record.needs, node, used)
+
+    return fits

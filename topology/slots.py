@@ -129,37 +129,41 @@ class PodSlots:
 
 
 class HostsByFree:
-    """Hosts grouped by their free GPUs (updated on every change): best-fit and roomiest hosts for one pod."""
+    """Hosts grouped by their free GPUs (updated on every change): best-fit and roomiest hosts for one pod.
+
+    Each group is a Python integer used as a bit set over host positions (ascending host domain id), so a
+    change is two bit flips and the lowest / highest host of a group is one bit operation."""
 
     def __init__(self, tree: LevelTree, node_free: np.ndarray, node_total: np.ndarray) -> None:
         self.tree = tree
         positions = tree.host_position
+        self.position: list[int] = positions.tolist()
         self.one_node_per_host = bool(positions.size == tree.level_ids[-1].size) if tree.level_ids else False
-        self.node_of_position = np.empty(positions.size, dtype=np.int64)
-        self.node_of_position[positions] = np.arange(positions.size)
+        node_of_position = np.empty(positions.size, dtype=np.int64)
+        node_of_position[positions] = np.arange(positions.size)
+        self.node_of_position: list[int] = node_of_position.tolist()
         self.most_free = max(int(node_total.max()), int(node_free.max())) if node_free.size else 0
-        self.hosts_with = np.zeros((self.most_free + 1, positions.size), dtype=bool)
-        """`hosts_with[f, p]`: the host at position p (ascending host domain id) has exactly f free GPUs."""
-        self.hosts_with[node_free, positions] = True
-        self.count_with: list[int] = np.bincount(node_free, minlength=self.most_free + 1).tolist()
+        self.hosts_with = [0] * (self.most_free + 1)
+        """`hosts_with[f]`: bit p is set when the host at position p has exactly f free GPUs."""
+        for position, free in zip(self.position, node_free.tolist()):
+            self.hosts_with[free] |= 1 << position
 
     def moved(self, node: int, before: int, after: int) -> bool:
         """Record node `node` going from `before` to `after` free GPUs; False if the index must be rebuilt."""
         if after > self.most_free or before > self.most_free:
             return False
-        position = self.tree.host_position[node]
-        self.hosts_with[before, position] = False
-        self.hosts_with[after, position] = True
-        self.count_with[before] -= 1
-        self.count_with[after] += 1
+        bit = 1 << self.position[node]
+        hosts = self.hosts_with
+        hosts[before] &= ~bit
+        hosts[after] |= bit
         return True
 
-    def _holding(self, gpus: int, slots: int) -> np.ndarray | None:
-        """Mask of host positions with exactly `slots` pods of `gpus` GPUs free (None if there are none)."""
-        low, high = slots * gpus, min((slots + 1) * gpus - 1, self.most_free)
-        if not any(self.count_with[low: high + 1]):
-            return None
-        return self.hosts_with[low] if low == high else self.hosts_with[low: high + 1].any(axis=0)
+    def _holding(self, gpus: int, slots: int) -> int:
+        """Bit set of the hosts with exactly `slots` pods of `gpus` GPUs free."""
+        found = 0
+        for free in range(slots * gpus, min((slots + 1) * gpus - 1, self.most_free) + 1):
+            found |= self.hosts_with[free]
+        return found
 
     def fewest_and_roomiest(self, gpus: int, fewest: int) -> tuple[list[int], int | None]:
         """Nodes of the `fewest` hosts with the fewest free slots >= 1 for pods of `gpus` GPUs (ties: lower host
@@ -168,17 +172,17 @@ class HostsByFree:
         top = self.most_free // gpus
         roomiest = None
         for slots in range(top, 0, -1):
-            mask = self._holding(gpus, slots)
-            if mask is not None:
-                roomiest = int(self.node_of_position[np.flatnonzero(mask)[-1]])
+            hosts = self._holding(gpus, slots)
+            if hosts:
+                roomiest = self.node_of_position[hosts.bit_length() - 1]
                 break
         if roomiest is None:
             return [], None
         found: list[int] = []
         for slots in range(1, top + 1):
-            if len(found) >= fewest:
-                break
-            mask = self._holding(gpus, slots)
-            if mask is not None:
-                found.extend(self.node_of_position[np.flatnonzero(mask)[: fewest - len(found)]].tolist())
+            hosts = self._holding(gpus, slots) if len(found) < fewest else 0
+            while hosts and len(found) < fewest:
+                lowest = hosts & -hosts
+                found.append(self.node_of_position[lowest.bit_length() - 1])
+                hosts ^= lowest
         return found, roomiest

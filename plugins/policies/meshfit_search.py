@@ -38,17 +38,24 @@ class SlotView:
     kept: PodSlots | None = None
     """The topology's incrementally kept slots behind these arrays (None when restricted to assigned domains)."""
 
-    @property
-    def slot_list(self) -> list[int]:
-        """`domain_slots` as a Python list (cheap per-domain lookups), built once per view."""
-        cached = self.__dict__.get("_slot_list")
-        if cached is None:
-            cached = self.__dict__["_slot_list"] = self.domain_slots.tolist()
-        return cached
-
     def slots(self, domain: int) -> int:
         """Pods that fit in `domain` (ROOT = the cluster)."""
-        return self.total if domain == ROOT else self.slot_list[domain]
+        return self.total if domain == ROOT else int(self.domain_slots[domain])
+
+    def most_slots_at(self, level: int) -> int:
+        """The most slots any one domain of `level` has (cached per view)."""
+        cache = self.__dict__.setdefault("_level_max", {})
+        found = cache.get(level)
+        if found is None:
+            ids = self.tree.level_domains[level]
+            found = cache[level] = int(self.domain_slots[ids].max()) if ids.size else 0
+        return found
+
+    def may_hold_at(self, level: int, pods: int) -> bool:
+        """False only when no domain of `level` has `pods` slots (a cheap bound first, the exact maximum if needed)."""
+        if level == self.tree.levels - 1 and self.kept is not None and self.kept.max_slots < pods:
+            return False
+        return self.most_slots_at(level) >= pods
 
     def aligned_caps(self, block: int, base: np.ndarray | None = None, key: object = None) -> np.ndarray:
         """Per domain, how many whole blocks of `block` pods fit inside domains of the deepest level able to hold one.
@@ -56,44 +63,66 @@ class SlotView:
         `base` (pods usable per domain, default the free slots) lets callers count only slots that keep
         smaller inner blocks aligned too; `key` names that base for the cache (None and () both mean the free
         slots).  Read-only: the result may be shared."""
+        return self._aligned_entry(block, base, key)[0]
+
+    def _aligned_entry(self, block: int, base: np.ndarray | None, key: object,
+                       top: int | None = None) -> tuple[np.ndarray, int]:
+        """(aligned caps, deepest level where they may be nonzero); `top`: deepest level where `base` may be nonzero."""
+        if base is None:
+            key = ()
         cache = self.__dict__.setdefault("_aligned", {})
         found = cache.get((block, key))
         if found is None:
-            plain = base is None or key == ()
-            if plain and block == 1:
-                found = self.domain_slots  # every host holds its own slots: the sums are the slots themselves
+            tree = self.tree
+            if key == ():
+                if block == 1:
+                    found = (self.domain_slots, tree.levels - 1)  # every host holds its own slots: sums are the slots
+                else:
+                    top = tree.levels - 1
+                    while top > 0 and not self.may_hold_at(top, block):
+                        top -= 1
+                    found = _aligned(tree, self.domain_slots, block, top)
             else:
-                found = _aligned(self.tree, (self.domain_slots if base is None else base) // block)
+                found = _aligned(tree, base, block, tree.levels - 1 if top is None else top)
             cache[(block, key)] = found
         return found
 
     def nested_caps(self, blocks: tuple[int, ...]) -> np.ndarray:
         """Per domain, whole blocks of `blocks[-1]` pods that fit with every smaller block of `blocks` aligned as well."""
+        return self.nested_entry(blocks)[0]
+
+    def nested_entry(self, blocks: tuple[int, ...]) -> tuple[np.ndarray, int]:
+        """(`nested_caps(blocks)`, deepest level where they may be nonzero), cached per view."""
         cache = self.__dict__.setdefault("_nested", {})
         found = cache.get(blocks)
         if found is None:
-            caps = self.domain_slots
+            caps, deepest = self.domain_slots, self.tree.levels - 1
             for position, block in enumerate(blocks):
-                base = caps if position == 0 else caps * blocks[position - 1]
-                caps = self.aligned_caps(block, base, blocks[:position])
-            found = cache[blocks] = caps
+                if position and blocks[position - 1] == 1 and all(b == 1 for b in blocks[:position]):
+                    key: tuple[int, ...] = ()  # blocks of one pod align trivially: the base is still the free slots
+                    base = self.domain_slots
+                else:
+                    key = blocks[:position]
+                    base = caps if position == 0 else caps * blocks[position - 1]
+                caps, deepest = self._aligned_entry(block, base, key, deepest)
+            found = cache[blocks] = (caps, deepest)
         return found
 
 
-def _aligned(tree: TreeIndex, caps: np.ndarray) -> np.ndarray:
-    """`caps` (per domain, blocks that fit) with every level above the deepest level holding a block replaced by
-    the sum over its domains at that level (summed level by level up the tree; `caps` is updated in place)."""
+def _aligned(tree: TreeIndex, base: np.ndarray, block: int, top: int) -> tuple[np.ndarray, int]:
+    """(caps, deepest): `base // block` per domain, with every level above the deepest level holding a block replaced
+    by the sum over its domains at that level (summed level by level up the tree).  `base` is zero below `top`."""
     level_ids = tree.level_domains
-    for deepest in range(tree.levels - 1, 0, -1):
-        if caps[level_ids[deepest]].any():
+    caps = np.zeros(tree.size[1], dtype=np.int64)
+    for deepest in range(top, -1, -1):
+        values = base[level_ids[deepest]] // block
+        if deepest == 0 or values.any():
             break
-    else:
-        return caps
-    values = caps[level_ids[deepest]]
+    caps[level_ids[deepest]] = values
     for level in range(deepest - 1, -1, -1):
         values = np.bincount(tree.parent_position[level], weights=values, minlength=level_ids[level].size)
         caps[level_ids[level]] = values
-    return caps
+    return caps, deepest
 
 
 def slot_view(gang: Gang, topo: ClusterTopology) -> SlotView:
@@ -175,6 +204,8 @@ def _pack(caps: list[int], leftovers: list[int], need: int) -> list[tuple[int, i
 
     Children are sorted once, largest first (fewest leftover pods, then position, on ties); while no
     remaining child can take everything left, the next largest is taken whole."""
+    if caps and min(caps) == max(caps) > 0 and min(leftovers) == max(leftovers):
+        return _pack_uniform(caps[0], len(caps), need)
     by_size = sorted(range(len(caps)), key=lambda j: (-caps[j], leftovers[j], j))
     chosen: list[tuple[int, int]] = []
     remaining, taken = need, 0
@@ -195,6 +226,16 @@ def _pack(caps: list[int], leftovers: list[int], need: int) -> list[tuple[int, i
         taken += 1
         remaining -= caps[largest]
     return chosen
+
+
+def _pack_uniform(cap: int, children: int, need: int) -> list[tuple[int, int]]:
+    """`_pack` when every child has the same capacity and leftover: children in order, the last one partly."""
+    whole, rest = divmod(need, cap)
+    if whole + (rest > 0) > children:
+        raise ValueError("domain cannot hold the requested pods")
+    if rest == 0:  # the last child needed is best-fit among equals: the first of them, taking a full cap
+        return [(j, cap) for j in range(whole)]
+    return [(j, cap) for j in range(whole)] + [(whole, rest)]
 
 
 def _even(caps: list[int], positions: list[int], need: int) -> list[tuple[int, int]]:
@@ -224,19 +265,40 @@ def choose_children(caps: list[int], leftovers: list[int], need: int, strategy: 
     return _even(caps, [j for j in range(len(caps)) if caps[j] > 0], need)
 
 
-def _block_caps(view: SlotView, kids: list[int], pods: int, blocks: list[int]) -> tuple[int, list[int]]:
+def _usable_blocks(blocks: list[int], pods: int) -> list[tuple[int, tuple[int, ...]]]:
+    """(block, the blocks nested inside it) for every block dividing `pods`, largest first (cached)."""
+    key = (tuple(blocks), pods)
+    found = _USABLE.get(key)
+    if found is None:
+        found = _USABLE[key] = [(b, tuple(x for x in blocks if x <= b and b % x == 0))
+                                for b in sorted(blocks, reverse=True) if b <= pods and pods % b == 0]
+    return found
+
+
+_USABLE: dict[tuple[tuple[int, ...], int], list[tuple[int, tuple[int, ...]]]] = {}
+
+
+def _block_caps(view: SlotView, domain: int, kids: np.ndarray, pods: int, blocks: list[int]) -> tuple[int, list[int]]:
     """Largest block (and per-child block capacity) covering `pods`: first with every inner block aligned too,
-    then with only this block aligned, then unaligned."""
-    usable = [b for b in sorted(blocks, reverse=True) if b <= pods and pods % b == 0]
-    kinds = (lambda b: view.nested_caps(tuple(x for x in blocks if x <= b and b % x == 0)),
-             view.aligned_caps, lambda b: view.domain_slots // b)
-    positions = np.array(kids, dtype=np.int64)
-    for caps_of in kinds:
-        for block in usable:
-            caps = caps_of(block)[positions].tolist()
+    then with only this block aligned, then unaligned.
+
+    A domain's nested capacity bounds the sum of its children's, and children below the deepest level that
+    holds a block have none, so most blocks that cannot cover `pods` are rejected without reading the children."""
+    kid_level = view.tree.level_of(domain) + 1
+    for block, nested in _usable_blocks(blocks, pods):
+        caps_array, deepest = view.nested_entry(nested)
+        need = pods // block
+        if kid_level > deepest or (domain != ROOT and caps_array[domain] < need):
+            continue
+        caps = caps_array[kids].tolist()
+        if sum(caps) >= need:
+            return block, caps
+    for caps_of in (view.aligned_caps, lambda b: view.domain_slots // b):
+        for block, _ in _usable_blocks(blocks, pods):
+            caps = caps_of(block)[kids].tolist()
             if sum(caps) >= pods // block:
                 return block, caps
-    return 1, view.domain_slots[positions].tolist()
+    return 1, view.domain_slots[kids].tolist()
 
 
 def fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strategy: str = PACK) -> list[int]:
@@ -250,13 +312,18 @@ def fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strat
 
 def _fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strategy: str) -> list[int]:
     tree = view.tree
-    if domain in tree.host_node:
-        return [tree.host_node[domain]] * pods
-    slots = view.slot_list
-    kids = [c for c in tree.kids(domain) if slots[c] > 0]
-    block, caps = _block_caps(view, kids, pods, blocks)
+    hosts = tree.host_node
+    if domain in hosts:
+        return [hosts[domain]] * pods
+    all_kids = tree.kid_array(domain)
+    all_slots = view.domain_slots[all_kids]
+    holding = all_slots > 0
+    kid_array = all_kids[holding]
+    if tree.level_of(domain) == tree.levels - 2 and all_slots.size and all_slots.max() == 1:
+        return _one_pod_per_host(tree, kid_array, pods)
+    kids, kid_slots = kid_array.tolist(), all_slots[holding].tolist()
+    block, caps = _block_caps(view, domain, kid_array, pods, blocks)
     inner_block = min((b for b in blocks if 1 < b <= pods and pods % b == 0), default=1)
-    kid_slots = [slots[c] for c in kids]
     if block == 1 and inner_block > 1 and strategy != SPREAD and max(kid_slots, default=0) >= inner_block:
         pieces = split_blocks(kid_slots, pods, inner_block)
         if pieces is not None:
@@ -265,7 +332,6 @@ def _fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], stra
     chosen = choose_children(caps, leftovers, pods // block, strategy)
     inner = strategy if len(chosen) == 1 or strategy == SPREAD else PACK
     nodes: list[int] = []
-    hosts = tree.host_node
     for position, count in chosen:
         kid = kids[position]
         if kid in hosts:  # what fill_domain answers for a host, without the memo round trip
@@ -273,6 +339,16 @@ def _fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], stra
         else:
             nodes.extend(fill_domain(view, kid, count * block, blocks, inner))
     return nodes
+
+
+def _one_pod_per_host(tree: TreeIndex, hosts: np.ndarray, pods: int) -> list[int]:
+    """`_fill_domain` of a domain whose children are hosts with one free slot each (`hosts`, in child order).
+
+    Every block larger than one pod fits in no host, every host has the same capacity and leftover, so each
+    strategy takes the first `pods` hosts in child order, one pod each."""
+    if hosts.size < pods:
+        raise ValueError("domain cannot hold the requested pods")
+    return tree.host_node_array[hosts[:pods]].tolist()
 
 
 def split_blocks(slots: list[int], pods: int, block: int) -> list[list[tuple[int, int]]] | None:

@@ -39,12 +39,29 @@ def shared_pricer(gang: Gang, topo: ClusterTopology, rank_order: str) -> LayoutP
     return pricer
 
 
+def common_levels(geo: _Geometry, member_nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(member paths, deepest common level per group) for node indices shaped (..., members): -1 when none."""
+    member_paths = geo.paths[member_nodes]
+    same = (member_paths == member_paths[..., :1, :]).all(axis=-2)
+    return member_paths, np.cumprod(same, axis=-1).sum(axis=-1) - 1
+
+
+def _seconds_by_level(geo: _Geometry, traffic: AxisTraffic, ranks: int) -> np.ndarray:
+    """Seconds of one collective of a group by its common level + 1 when no tier is shared (the bandwidth is then
+    fixed per level): the same operations `cost._axis_cost` applies to each group."""
+    levels = np.arange(-1, geo.host + 1)
+    bandwidth = geo.dedicated_bandwidth[levels + 1]
+    bandwidth = np.where(np.isinf(bandwidth), geo.link(geo.host).bandwidth_gbps, bandwidth)
+    return geo.latency_s[levels + 1] + traffic.bytes_per_call / (bandwidth * 1e9) * collective_factor(traffic.collective,
+                                                                                                      ranks)
+
+
 def _axis_seconds_many(geo: _Geometry, traffic: AxisTraffic, groups: _PodGroups, layouts: np.ndarray) -> np.ndarray:
-    """Per layout (rows of `layouts`), the axis's seconds per step: `cost._axis_cost` over a stack of layouts."""
+    """Per layout (rows of `layouts`), the axis's seconds per call: `cost._axis_cost` over a stack of layouts."""
+    member_paths, levels = common_levels(geo, layouts[:, groups.pods])  # (layouts, groups[, members, levels])
+    if not geo.shared_levels:
+        return _seconds_by_level(geo, traffic, groups.ranks)[levels + 1].max(axis=1)
     count = layouts.shape[0]
-    member_paths = geo.paths[layouts[:, groups.pods]]  # (layouts, groups, members, levels)
-    same = (member_paths == member_paths[:, :, :1, :]).all(axis=2)
-    levels = np.cumprod(same, axis=2).sum(axis=2) - 1
     bandwidth = geo.dedicated_bandwidth[levels + 1]
     domains = geo.domain_gpus.shape[0]
     offsets = (np.arange(count, dtype=np.int64) * domains)[:, None, None]

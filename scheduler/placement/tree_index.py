@@ -24,6 +24,10 @@ class TreeIndex:
         self.children: list[list[int]] = [list(d.children) for d in topo.domains]
         self.root_children = [d.id for d in topo.domains if d.parent is None]
         self.host_node = {d.id: d.nodes[0] for d in topo.domains if d.level == self.levels - 1}
+        self.host_node_array = np.full(len(topo.domains), -1, dtype=np.int64)
+        """`host_node` as an array indexed by domain id (-1 off the host level)."""
+        for domain, node in self.host_node.items():
+            self.host_node_array[domain] = node
         self.ancestors = np.full((len(topo.domains), self.levels), -1, dtype=np.int64)
         for d in topo.domains:
             self.ancestors[d.id, : d.level + 1] = topo.nodes[d.nodes[0]].path[: d.level + 1]

@@ -85,21 +85,61 @@ def _axis_seconds_many(geo: _Geometry, traffic: AxisTraffic, groups: _PodGroups,
     return seconds.max(axis=1)
 
 
+class _Batch:
+    """What `price_layouts` needs per shared pricer: constant axes, and every multi-pod axis's groups in one array.
+
+    Groups of all multi-pod axes are stacked (members padded by repeating a group's first pod, which changes no
+    common level), so one pass finds every group's common level; without shared tiers a group's seconds then
+    only depend on that level (a table per axis) and each axis's worst group is one segment maximum."""
+
+    def __init__(self, pricer: LayoutPricer) -> None:
+        self.constant: dict[str, float] = {}
+        self.multi: list[str] = []
+        stacks, starts, tables = [], [], []
+        width = max((g.pods.shape[1] for g in pricer.pod_groups.values()), default=1)
+        for axis, groups in pricer.pod_groups.items():
+            if groups.pods.shape[1] == 1:
+                if axis not in pricer._inside_pods:
+                    pricer.price(np.zeros(len(pricer.gang.pods), dtype=np.int64))
+                self.constant[axis] = pricer._inside_pods[axis][0]
+                continue
+            self.multi.append(axis)
+            starts.append(sum(stack.shape[0] for stack in stacks))
+            pad = np.repeat(groups.pods[:, :1], width - groups.pods.shape[1], axis=1)
+            stacks.append(np.concatenate([groups.pods, pad], axis=1))
+            tables.append(_seconds_by_level(pricer.geo, pricer.traffic[axis], groups.ranks))
+        self.calls = [pricer.traffic[axis].calls_per_step for axis in self.multi]
+        self.pods = np.concatenate(stacks) if stacks else np.zeros((0, 1), dtype=np.int64)
+        self.starts = np.array(starts, dtype=np.int64)
+        levels = pricer.geo.host + 2
+        self.table = np.concatenate(tables) if tables else np.zeros(0)
+        self.table_offset = np.repeat(np.arange(len(tables), dtype=np.int64) * levels,
+                                      [stack.shape[0] for stack in stacks]) + 1
+
+    def worst_seconds(self, pricer: LayoutPricer, layouts: np.ndarray) -> list[list[float]]:
+        """Per multi-pod axis, per layout: the slowest group's seconds per call."""
+        geo = pricer.geo
+        if geo.shared_levels:
+            return [_axis_seconds_many(geo, pricer.traffic[axis], pricer.pod_groups[axis], layouts).tolist()
+                    for axis in self.multi]
+        levels = common_levels(geo, layouts[:, self.pods])[1]
+        worst = np.maximum.reduceat(self.table[levels + self.table_offset], self.starts, axis=1)
+        return worst.T.tolist()
+
+
 def price_layouts(pricer: LayoutPricer, layouts: np.ndarray) -> list[float]:
     """Step seconds of every layout (row: node per pod), equal to `pricer.price(row)[0]` for each row."""
     layouts = np.asarray(layouts, dtype=np.int64)
-    by_axis: dict[str, list[float]] = {}
-    for axis, groups in pricer.pod_groups.items():
-        if groups.pods.shape[1] == 1:
-            if axis not in pricer._inside_pods:
-                pricer.price(layouts[0])
-            by_axis[axis] = [pricer._inside_pods[axis][0]] * layouts.shape[0]
-        else:
-            calls = pricer.traffic[axis].calls_per_step
-            by_axis[axis] = [float(worst) * calls for worst in
-                             _axis_seconds_many(pricer.geo, pricer.traffic[axis], groups, layouts).tolist()]
+    batch = pricer.__dict__.get("_batch")
+    if batch is None:
+        batch = pricer.__dict__["_batch"] = _Batch(pricer)
+    count = layouts.shape[0]
+    by_axis: dict[str, list[float]] = {axis: [seconds] * count for axis, seconds in batch.constant.items()}
+    if batch.multi:
+        for axis, calls, worst in zip(batch.multi, batch.calls, batch.worst_seconds(pricer, layouts)):
+            by_axis[axis] = [seconds * calls for seconds in worst]
     columns = [by_axis.get(axis) for axis in AXES]
-    return [sum(column[row] if column is not None else 0.0 for column in columns) for row in range(layouts.shape[0])]
+    return [sum(column[row] if column is not None else 0.0 for column in columns) for row in range(count)]
 
 
 def tier_seconds(geo: _Geometry, traffic: AxisTraffic, ranks: int) -> np.ndarray:

@@ -208,8 +208,30 @@ def test_in_kubernetes_mode_a_forged_body_selects_but_never_overwrites():
     other = make_pod("other", 8, uid=bound["metadata"]["uid"])  # the bound pod's uid under another name
     assert "does not match" in service.filter(other)["Error"]
     assert service.state.topology.gpus_free == free and service.state.pod("default", "g-0").node == "n-0-0"
-    fresh = gang_pod("h", 0, 1)  # not yet reported by the watch: taken from the body
-    assert filter_nodes(service.filter(fresh))
+    fresh = gang_pod("h", 0, 1)  # not yet reported by the watch, but the API server has it: one GET, then placed
+    lookups = []
+    service.state.pod_lookup = lambda ns, name: lookups.append(name) or (fresh if name == "h-0" else None)
+    assert filter_nodes(service.filter(fresh)) and lookups == ["h-0"]
+    assert service.state.pod("default", "h-0").from_watch
+
+
+def test_in_kubernetes_mode_a_request_for_a_pod_that_does_not_exist_reserves_nothing():
+    service, _ = service_with(nodes=2)
+    service.state.watch_is_truth = True
+    lookups = []
+    service.state.pod_lookup = lambda ns, name: lookups.append(name)  # the API server has no such pod
+    free = service.state.topology.gpus_free
+    ghost = gang_pod("ghost", 0, 2)  # an unauthenticated body for a pod that was never created
+    for _ in range(3):
+        reply = service.filter(ghost)
+        assert "does not exist in the API server" in reply["Error"] and filter_nodes(reply) == []
+    assert lookups == ["ghost-0"]  # one GET; the miss is remembered for a second
+    assert service.state.ledger.entries == {} and service.state.topology.gpus_free == free
+    assert service.state.pod("default", "ghost-0") is None  # no state at all
+    service.clock.advance(5)
+    real = gang_pod("g", 0, 1)
+    service.state.upsert_pod(real)  # a real pod, from the watch, gets the room
+    assert filter_nodes(service.filter(real))
 
 
 def test_a_partly_bound_gang_short_of_room_heads_the_queue():

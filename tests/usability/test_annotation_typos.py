@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 from scheduler.cli import app
 from scheduler.gangs.membership import identify
 from scheduler.handoff.manifests import gang_from_manifest
-from scheduler.placement.annotation_keys import KNOWN_KEYS, READ_ANNOTATIONS, check_meshfit_keys
 from scheduler.placement.jobs import JobSpecError
 from tests.builders import make_nodelist, write_objects
 from tests.service.helpers import filter_nodes, gang_pod, make_service
@@ -114,6 +113,8 @@ def test_keys_meshfit_writes_are_never_errors():
              "meshfit.io/coords": "[]", "meshfit.io/world-size": "2", "meshfit.io/master-addr": "n",
              "meshfit.io/master-port": "29500", "meshfit.io/parallelism": "dp=2",
              "meshfit.io/rank-order": "tp-cp-ep-dp-pp", "meshfit.io/pod-nodes": "n"}
+    from scheduler.placement.annotation_keys import check_meshfit_keys
+
     check_meshfit_keys(bound, {"meshfit.io/gang": "g", "meshfit.io/spares": "1"}, "pod")
 
 
@@ -129,12 +130,16 @@ def _literal_keys() -> set[str]:
 
 
 def test_every_key_the_code_uses_is_registered():
+    from scheduler.placement.annotation_keys import KNOWN_KEYS
+
     literal = _literal_keys()
     assert {"meshfit.io/parallelism", "meshfit.io/reserved-node", "meshfit.io/requeued-at"} <= literal
     assert literal <= KNOWN_KEYS, f"register these in scheduler/placement/annotation_keys.py: {literal - KNOWN_KEYS}"
 
 
 def test_every_user_annotation_is_documented():
+    from scheduler.placement.annotation_keys import READ_ANNOTATIONS
+
     documented = set(re.findall(r"`(meshfit\.io/[a-z-]+)`", (ROOT / "docs" / "annotations.md").read_text()))
     assert set(READ_ANNOTATIONS) <= documented
 

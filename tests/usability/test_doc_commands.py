@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scheduler.placement.annotation_keys import MESHFIT_PREFIX, check_meshfit_keys
 from tests.usability.docs_blocks import (
     DOCUMENTS, KNOWN_LANGUAGES, ROOT, all_blocks, blocks, check_meshfit_args, check_not_run, commands,
 )
@@ -78,6 +77,8 @@ def test_commands_not_run_still_parse(block):
 @pytest.mark.parametrize("block", [b for b in all_blocks() if b.language in ("yaml", "json", "toml")],
                          ids=lambda b: b.label)
 def test_data_blocks_parse_and_use_only_known_meshfit_keys(block):
+    from scheduler.placement.annotation_keys import MESHFIT_PREFIX, check_meshfit_keys
+
     if block.language == "toml":
         tomllib.loads(block.text)
         return

@@ -11,8 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.cli import app
-from scheduler.cli.gangs_cmd import gangs_table, watch
-from scheduler.cli.gangs_direct import ClusterView, gang_rows
 from tests.k8s_double import ApiServerDouble
 from tests.service.helpers import filter_nodes, gang_pod, make_service
 
@@ -130,6 +128,8 @@ def test_url_mode_filters_the_service_rows_by_namespace(monkeypatch):
 
 
 def test_watch_prints_again_only_when_rows_change():
+    from scheduler.cli.gangs_cmd import watch
+
     answers = iter([[{"gang": "ml/a", "state": "waiting"}], [{"gang": "ml/a", "state": "waiting"}],
                     [{"gang": "ml/a", "state": "reserved"}]])
     shown = []
@@ -144,6 +144,8 @@ def test_watch_flag_is_accepted_and_bad_sources_are_one_line(tmp_path):
 
 
 def test_direct_rows_match_the_services_rows_for_the_same_pods():
+    from scheduler.cli.gangs_direct import ClusterView, gang_rows
+
     service = make_service()
     pods = [gang_pod("g", i, 2, parallelism="tp=8,dp=2") for i in range(2)]
     [node] = filter_nodes(service.filter(pods[0]))
@@ -164,6 +166,8 @@ def test_direct_rows_match_the_services_rows_for_the_same_pods():
 
 
 def test_kubectl_plugin_is_a_console_script():
+    from scheduler.cli.gangs_cmd import gangs_table
+
     text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert 'kubectl-meshfit = "scheduler.cli:main"' in text
     assert gangs_table([], all_namespaces=False).columns[0].header == "gang"

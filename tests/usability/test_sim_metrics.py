@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 from scheduler.cli import app
 from simulations import plots
 from simulations.metrics import SUMMARY_KEYS
-from simulations.tables import METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = CliRunner()
@@ -66,6 +65,8 @@ def test_plots_show_the_table_quantities_under_their_names(run, monkeypatch):
 
 
 def test_table_headers_and_metric_names_are_whole_in_a_pipe():
+    from simulations.tables import METRICS
+
     result = RUNNER.invoke(app, [*ARGS[:5], "--synthetic", "60", "--policy", "volcano-hypernode",
                                  "--policy", "first-fit"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output

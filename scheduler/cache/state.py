@@ -94,6 +94,10 @@ class ClusterState(GangObjectsMixin):
         self.needs_of: Callable[[dict], Any] | None = None
         """Reads a pod's `needs` (kube-scheduler's node-local filter inputs; `scheduler.kube.node_fit.pod_needs` in
         Kubernetes mode); None: not read, and meshfit never binds members on its own."""
+        self.pod_lookup: Callable[[str, str], dict | None] | None = None
+        """Kubernetes mode: one direct GET of a pod the watch has not shown yet (None: no lookup, such pods are
+        refused)."""
+        self._missing: dict[tuple[str, str, str], float] = {}
         self.member_pending: Callable[[PodRecord], None] | None = None
         """Called (under the lock) when the watch reports a pending gang member (the direct binder's trigger)."""
         self.requested: dict[str, dict[str, Any]] = {}
@@ -281,24 +285,61 @@ class ClusterState(GangObjectsMixin):
         """Note a pod seen in a scheduling request, unless the state already knows it bound.
 
         In Kubernetes mode (`watch_is_truth`) a body only *selects*: a pod the watch already reported is
-        taken as the watch has it, and a body whose uid contradicts the watch (a forged or stale body
-        reusing a name or a uid) gets an unindexed record carrying an error, changing nothing.
+        taken as the watch has it; a body whose uid contradicts the watch (a forged or stale body reusing a
+        name or a uid) gets an unindexed record carrying an error, changing nothing; and a pod the watch has
+        not shown is looked up with at most one direct GET (`pod_lookup`: a brand-new pod may be ahead of
+        the watch) -- if the API server has no such pod, the answer is an error and nothing is reserved.
         """
         namespace, name = _meta(pod)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         with self.lock:
-            known = self.pod(namespace, name)
-            if self.watch_is_truth:
-                by_uid = self.pods.get(uid)
-                if known is not None and known.from_watch and known.uid == uid:
-                    return known
-                if (known is not None and known.from_watch) or (by_uid is not None and by_uid.from_watch):
-                    return PodRecord(uid, namespace, name, 0, None, "Pending", member_error=(
-                        f"pod {namespace}/{name} (uid {uid or 'none'}) does not match the pod the API server has "
-                        f"under that name or uid; not scheduling it until the watch catches up"))
-            elif known is not None and known.node and not (pod.get("spec") or {}).get("nodeName"):
+            answer = self._select(pod, namespace, name, uid)
+            if answer is not None or not self.watch_is_truth:
+                return answer if answer is not None else self.upsert_pod(pod, from_watch=False)
+        found = self._look_up(namespace, name, uid)  # off the lock: one API round trip
+        with self.lock:
+            answer = self._select(pod, namespace, name, uid)  # the watch may have delivered it meanwhile
+            if answer is not None:
+                return answer
+            found_uid = str(((found or {}).get("metadata") or {}).get("uid") or "")
+            if found is None or (uid and found_uid != uid):
+                return PodRecord(uid, namespace, name, 0, None, "Pending", member_error=(
+                    f"pod {namespace}/{name} (uid {uid or 'none'}) does not exist in the API server (not in "
+                    f"meshfit's watch, and a direct GET found {'another uid' if found else 'nothing'}); "
+                    f"nothing is reserved for it"))
+            return self.upsert_pod(found, from_watch=True)
+
+    def _select(self, pod: dict, namespace: str, name: str, uid: str) -> PodRecord | None:
+        """The record a request body selects, an error record, or None (not known: look it up / upsert)."""
+        known = self.pod(namespace, name)
+        if self.watch_is_truth:
+            by_uid = self.pods.get(uid)
+            if known is not None and known.from_watch and known.uid == uid:
                 return known
-            return self.upsert_pod(pod, from_watch=False)
+            if (known is not None and known.from_watch) or (by_uid is not None and by_uid.from_watch):
+                return PodRecord(uid, namespace, name, 0, None, "Pending", member_error=(
+                    f"pod {namespace}/{name} (uid {uid or 'none'}) does not match the pod the API server has "
+                    f"under that name or uid; not scheduling it until the watch catches up"))
+            return None
+        if known is not None and known.node and not (pod.get("spec") or {}).get("nodeName"):
+            return known
+        return None
+
+    def _look_up(self, namespace: str, name: str, uid: str) -> dict | None:
+        """`pod_lookup(namespace, name)`, remembering misses for a second (a flood of unknown names costs one GET
+        each at most once a second, never state)."""
+        key, now = (namespace, name, uid), time.monotonic()
+        if self.pod_lookup is None or self._missing.get(key, 0.0) > now:
+            return None
+        try:
+            found = self.pod_lookup(namespace, name)
+        except Exception:  # noqa: BLE001 - an unreachable API server: treat as not found, the pod comes back
+            found = None
+        if found is None:
+            if len(self._missing) > 10_000:
+                self._missing = {k: t for k, t in self._missing.items() if t > now}
+            self._missing[key] = now + 1.0
+        return found
 
     def _account(self, record: PodRecord, node: str | None) -> None:
         """Count `record`'s requests on `node` (None: nowhere) in `requested`, moving them off where they were."""

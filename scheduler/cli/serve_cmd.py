@@ -64,6 +64,9 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
 
     state = ClusterState(config, tolerations, ttl)
     state.needs_of = pod_needs  # what the direct binder checks a member against its node with
+    from scheduler.kube.api import pod_getter
+
+    state.pod_lookup = pod_getter(api_client)  # a pod the watch has not shown: one GET, never state from a body
     state.policy = policy  # the first list already re-holds the missing members of partly bound gangs
     state.watch_is_truth = True  # request bodies select pods, never overwrite what the API server says
     if start_cache:  # with --leader-elect the cache starts (a fresh list) only once the lease is won

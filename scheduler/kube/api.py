@@ -8,7 +8,7 @@ become `ApiStatusError` carrying the v1 Status code, reason and message.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import msgspec
 
@@ -99,3 +99,18 @@ def iter_lines(response: Any, chunk_size: int = 65536) -> Iterator[bytes]:
                 yield line
     if pending.strip():
         yield pending
+
+
+def pod_getter(api_client: Any, timeout: float = 2.0) -> Callable[[str, str], dict | None]:
+    """`get(namespace, name)`: the pod as the API server has it (a plain dict), None when it does not exist."""
+
+    def get(namespace: str, name: str) -> dict | None:
+        try:
+            return msgspec.json.decode(request_bytes(api_client, "GET", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                                                     timeout=timeout))
+        except ApiStatusError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    return get

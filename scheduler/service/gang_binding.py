@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -68,6 +69,8 @@ class GangBinding:
         """Whether a gang is being rolled back (no member of it may bind)."""
         self.counts = {"bound": 0, "failed": 0, "conflicts": 0}
         self._pending_sync: list[tuple] = []
+        self.observe: Callable[[float, bool], None] = lambda seconds, ok: None
+        """Called with (seconds, succeeded) after each Binding call."""
 
     # ----- decisions (under the state lock) ------------------------------------------------------------------
     def kick(self, gang_key: str) -> int:
@@ -168,13 +171,14 @@ class GangBinding:
     # ----- the Binding (a worker thread, off the lock) ---------------------------------------------------------
     def _bind(self, record: PodRecord, gang_key: str, index: int, node: str, annotations: dict,
               future: Future) -> None:
-        error, conflict = "", False
+        error, conflict, started = "", False, time.perf_counter()
         try:
             self.binder.bind(record.namespace, record.name, record.uid, node, annotations)
         except BindConflict as exc:
             error, conflict = str(exc), True
         except Exception as exc:  # noqa: BLE001 - any failure: the slot stays held, retried later
             error = f"binding {record.namespace}/{record.name} to {node} failed: {exc}"
+        self.observe(time.perf_counter() - started, not error)
         with self.state.lock:
             self._add_in_flight(node, record, -1)
             self.in_flight.pop(record.uid, None)

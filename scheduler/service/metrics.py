@@ -151,6 +151,10 @@ class ServiceMetrics:
                                       registry=self.registry)
         self.elastic_resizes = Counter("meshfit_elastic_resizes", "Elastic gang resizes (whole DP replicas dropped "
                                        "or added).", ["direction"], registry=self.registry)
+        self.bindings = Histogram("meshfit_binding_seconds", "Binding API calls meshfit made, by who asked for them: "
+                                  "by=meshfit (its own Bindings of reserved members) or by=kube-scheduler (the "
+                                  "/bind verb), and outcome.", ["by", "outcome"], buckets=LATENCY_BUCKETS,
+                                  registry=self.registry)
         self.register_collector(StateCollector(state), "state")
 
     def watch_scheduler(self, scheduler) -> None:
@@ -163,6 +167,8 @@ class ServiceMetrics:
         elastic = getattr(scheduler, "elastic", None)
         if elastic is not None:
             elastic.observe = lambda direction: self.elastic_resizes.labels(direction).inc()
+        scheduler.observe_binding = lambda by, seconds, ok: self.bindings.labels(
+            by, "bound" if ok else "failed").observe(seconds)
 
     def observe_preemption(self, plan) -> None:
         """Count a preemption and the GPUs its victims held."""

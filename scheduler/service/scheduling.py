@@ -20,6 +20,7 @@ would fight kube-scheduler's scoring for no topology gain.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -90,12 +91,15 @@ class GangScheduler:
         self.lifecycle = GangLifecycle(state, self.dispatcher, policy, state.ledger.clock, completion_timeout)
         self.preemption = PreemptionFlow(self, enabled=preemption)
         self.elastic = ElasticGangs(self)
+        self.observe_binding: Callable[[str, float, bool], None] = lambda by, seconds, ok: None
+        """Called with (who asked: "meshfit" | "kube-scheduler", seconds, succeeded) after each Binding call."""
         self.direct: GangBinding | None = None
         """Binds reserved members itself (`scheduler.service.gang_binding`) when given a node-fit check."""
         if direct_binding is not None:
             self.direct = GangBinding(state, binder, direct_binding, self._publish_if_bound, state.ledger.clock,
                                       lambda: self.lifecycle.scheduler_names, workers=bind_workers,
                                       synchronous=synchronous_actions)
+            self.direct.observe = lambda seconds, ok: self.observe_binding("meshfit", seconds, ok)
             self.direct.rolling_back = lambda key: key in self.lifecycle.rolling_back
             self.lifecycle.after_reserved.append(self.direct.kick)
             self.lifecycle.leaves_to_kube = self.direct.leaves_to_kube
@@ -347,9 +351,11 @@ class GangScheduler:
                 assumed = True
         if member is not None and in_flight:  # meshfit's own Binding of this member is in flight: its outcome
             return self.direct.wait_for(record.uid, 30.0) or ""
+        started = time.perf_counter()
         try:
             self.binder.bind(namespace, name, uid or record.uid, node, annotations)
         except Exception as exc:  # noqa: BLE001 - any binder failure is reported to kube-scheduler
+            self.observe_binding("kube-scheduler", time.perf_counter() - started, False)
             error = f"binding {namespace}/{name} to {node} failed: {exc}"
             with self.state.lock:
                 if member is not None:
@@ -358,6 +364,7 @@ class GangScheduler:
                 if assumed:
                     self.state.unassume(namespace, name)
             return error
+        self.observe_binding("kube-scheduler", time.perf_counter() - started, True)
         self.state.record_binding(namespace, name, node, annotations)
         if member is not None:
             self._publish_if_bound(member.gang_key)

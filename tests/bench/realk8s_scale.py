@@ -1,0 +1,332 @@
+"""Gangs at scale on the real control plane: kube-scheduler alone against kube-scheduler + meshfit, side by side.
+
+    python tests/bench/realk8s_scale.py --nodes 1000 [--nodes 5000] [--qps default --qps 200]
+        [--demand 0.6] [--max-pods 64] [--seed 0] [--versions 1.26,1.35] [--json out.json]
+
+For every Kubernetes version whose binaries are found (`tests.realk8s.binaries`) and every node count: one
+etcd + kube-apiserver, N fake 8-GPU Nodes created in bulk (Topograph spine/leaf labels, no kubelet).  For
+every client-QPS setting, the same burst -- PyTorchJob-shaped gangs of 1-`max-pods` pods (8- and 4-GPU pods)
+totalling `demand` x the GPUs, 2% single-GPU pods and 3% CPU pods, created in shuffled order *before* the
+scheduler starts -- is scheduled twice, each in a fresh namespace:
+
+1. by kube-scheduler alone (defaults: sampled nodes, no extender, no gangs);
+2. by kube-scheduler with `meshfit serve` as extender, configured as `manifests/kube-scheduler-config.yaml`
+   ships it (percentageOfNodesToScore 100, nodeCacheCapable, backoff 1-3 s).
+
+Printed per run: pods bound and pods/s (first to last bind; first bind to 90%), API writes per bound pod
+(the API server's own `apiserver_request_total` for POST / PUT / PATCH / DELETE / APPLY, counted from the
+moment the scheduler starts, so the driver's pod creation is not in it), for meshfit also gang reserved ->
+fully bound p50 / p99 (meshfit's JSON log and a pod watch), meshfit's bind latency (its `/bind` verb and its
+own Bindings), partly bound gangs and over-committed nodes at the end.  The ratio meshfit / alone of
+pods/s and of writes per bound pod closes each block.  A benchmark, not a test: it prints numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kubernetes import config as kube_config, watch  # noqa: E402
+from kubernetes.client import CoreV1Api  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from tests.realk8s.binaries import find_installs, missing_reason  # noqa: E402
+from tests.realk8s.cluster_builders import bound_gpus, create_nodes, gang_pod_body, gang_status  # noqa: E402
+from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, free_port  # noqa: E402
+from tests.realk8s.scenario import GangShape  # noqa: E402
+
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE", "DELETECOLLECTION")
+MANIFEST_CONFIG = Path(__file__).resolve().parents[2] / "manifests" / "kube-scheduler-config.yaml"
+
+
+class BindWatch:
+    """The wall-clock time each pod of a namespace was first seen bound."""
+
+    def __init__(self, core: CoreV1Api, namespace: str) -> None:
+        self.core, self.namespace = core, namespace
+        self.bound_at: dict[str, float] = {}
+        self._watch = watch.Watch()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            for event in self._watch.stream(self.core.list_namespaced_pod, self.namespace, timeout_seconds=7200):
+                pod = event["object"]
+                if pod.spec.node_name and pod.metadata.name not in self.bound_at:
+                    self.bound_at[pod.metadata.name] = time.time()
+        except Exception:  # noqa: BLE001 - the stream ends with the API server
+            return
+
+    def stop(self) -> None:
+        """Stop watching."""
+        self._watch.stop()
+
+
+def shapes_for(seed: int, gpus: int, demand: float, max_pods: int) -> list[GangShape]:
+    """Gang shapes (1-`max_pods` pods, mostly whole-node) totalling about `demand` x `gpus`."""
+    rng = random.Random(seed)
+    sizes = [p for p in (1, 2, 2, 4, 4, 8, 8, 16, 32, 64) if p <= max_pods]
+    shapes, total = [], 0
+    while total < demand * gpus:
+        per = rng.choice([8, 8, 8, 4])
+        pods = rng.choice(sizes)
+        shapes.append(GangShape(f"g{len(shapes):04d}", pods, per))
+        total += pods * per
+    return shapes
+
+
+def plain_body(namespace: str, name: str, requests: dict) -> dict:
+    """A pod that is not in a gang."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"schedulerName": "meshfit", "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}
+
+
+def create_burst(core: CoreV1Api, namespace: str, shapes: list[GangShape], seed: int) -> int:
+    """Every gang member plus the plain pods, created in shuffled order by 16 threads; returns the pod count."""
+    gang_pods = sum(s.pods for s in shapes)
+    bodies = [gang_pod_body(namespace, s.name, i, s.pods, s.gpus, f"tp={s.gpus},dp={s.pods}")
+              for s in shapes for i in range(s.pods)]
+    bodies += [plain_body(namespace, f"single-{i}", {"nvidia.com/gpu": "1"}) for i in range(max(1, gang_pods // 50))]
+    bodies += [plain_body(namespace, f"cpu-{i}", {"cpu": "100m"}) for i in range(max(1, gang_pods // 33))]
+    random.Random(seed).shuffle(bodies)
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda body: core.create_namespaced_pod(namespace, body), bodies))
+    return len(bodies)
+
+
+def create_nodes_bulk(core: CoreV1Api, count: int) -> None:
+    """`count` 8-GPU Nodes (16 per leaf), created by 16 threads."""
+    chunk = max(1, count // 16)
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda start: create_nodes(core, min(chunk, count - start), start=start, leaf_size=16),
+                      range(0, count, chunk)))
+
+
+def api_writes(plane: ControlPlane) -> dict[str, float]:
+    """`verb resource[/subresource]` -> requests so far, writes only, from the API server's /metrics."""
+    request = urllib.request.Request(f"{plane.server}/metrics", headers={"Authorization": f"Bearer {plane.admin_token}"})
+    with urllib.request.urlopen(request, context=plane.ssl_context(), timeout=30) as response:
+        text = response.read().decode()
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if not sample.name.endswith("_total") or labels.get("verb") not in WRITE_VERBS:
+                continue
+            what = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            key = f"{labels['verb']} {what}"
+            counts[key] = counts.get(key, 0.0) + sample.value
+    return counts
+
+
+def diff(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
+    """Per-key increase."""
+    return {k: int(v - before.get(k, 0.0)) for k, v in sorted(after.items()) if v - before.get(k, 0.0) > 0}
+
+
+def wait_quiet(watcher: BindWatch, quiet: float, timeout: float) -> None:
+    """Until pods bind and then none binds for `quiet` seconds (or `timeout`)."""
+    deadline, last, since = time.monotonic() + timeout, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        count = len(watcher.bound_at)
+        if count == 0:
+            since = time.monotonic()
+        elif count != last:
+            last, since = count, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.25)
+
+
+def rate(bound_at) -> dict:
+    """Pods/s between the first and last bind, and to 90% of the pods bound."""
+    times = sorted(bound_at)
+    if len(times) < 2:
+        return {"pods_per_second": None, "pods_per_second_to_90pct": None, "seconds": 0.0}
+    span, k = times[-1] - times[0], int(0.9 * (len(times) - 1))
+    span90 = times[k] - times[0]
+    return {"seconds": round(span, 2), "pods_per_second": round((len(times) - 1) / span, 1) if span else None,
+            "pods_per_second_to_90pct": round(k / span90, 1) if span90 else None}
+
+
+def overcommitted(core: CoreV1Api, gpus_per_node: int = 8) -> int:
+    """Nodes whose bound, unfinished pods request more GPUs than the node has."""
+    return sum(1 for used in bound_gpus(core).values() if used > gpus_per_node)
+
+
+def namespace(core: CoreV1Api, name: str) -> str:
+    """A fresh namespace with its default ServiceAccount."""
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    core.create_namespaced_service_account(name, {"apiVersion": "v1", "kind": "ServiceAccount",
+                                                  "metadata": {"name": "default"}})
+    return name
+
+
+def scheduler_config(plane: ControlPlane, qps: float | None, extender_url: str | None) -> dict:
+    """kube-scheduler's configuration: defaults alone, or the shipped meshfit profile pointed at `extender_url`."""
+    import yaml
+
+    connection: dict = {"kubeconfig": str(plane.scheduler_kubeconfig)}
+    if qps is not None:
+        connection.update({"qps": qps, "burst": int(qps * 2)})
+    config: dict = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": connection, "leaderElection": {"leaderElect": False},
+                    "profiles": [{"schedulerName": "meshfit"}]}
+    if extender_url is not None:
+        shipped = yaml.safe_load(MANIFEST_CONFIG.read_text())
+        config.update({k: shipped[k] for k in ("podInitialBackoffSeconds", "podMaxBackoffSeconds")})
+        config["profiles"] = shipped["profiles"]
+        config["extenders"] = [{**shipped["extenders"][0], "urlPrefix": f"{extender_url}/scheduler"}]
+    return config
+
+
+def run_scheduler(plane: ControlPlane, config: dict, name: str) -> ManagedProcess:
+    """Start a kube-scheduler with `config`."""
+    path = plane.run_dir / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return ManagedProcess(name, [str(plane.bin_dir / "kube-scheduler"), f"--config={path}", "--bind-address=127.0.0.1",
+                                 f"--secure-port={free_port()}", "--v=1"], plane.logs / f"{name}.log").start()
+
+
+def reserved_times(log: Path) -> dict[str, float]:
+    """Gang name -> wall-clock time of its last "reserved" decision in meshfit's JSON log."""
+    from datetime import datetime
+
+    times: dict[str, float] = {}
+    for line in log.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("decision") == "reserved" and "gang" in record:
+            times[record["gang"].split("/", 1)[1]] = datetime.fromisoformat(
+                record["time"].replace("Z", "+00:00")).timestamp()
+    return times
+
+
+def meshfit_histograms(url: str) -> dict:
+    """meshfit's /bind verb and own-Binding latency: count and mean seconds."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    found: dict = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in ("meshfit_request_seconds", "meshfit_binding_seconds"):
+            continue
+        sums: dict = {}
+        for sample in family.samples:
+            key = sample.labels.get("verb") or sample.labels.get("by")
+            if family.name == "meshfit_request_seconds" and key != "bind":
+                continue
+            if sample.name.endswith("_count") or sample.name.endswith("_sum"):
+                sums.setdefault(key, {})[sample.name.rsplit("_", 1)[1]] = sample.value
+        for key, values in sums.items():
+            if values.get("count"):
+                found[f"{family.name}[{key}]"] = {"count": int(values["count"]),
+                                                  "mean_ms": round(1000 * values["sum"] / values["count"], 1)}
+    return found
+
+
+def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: float | None, tag: str,
+              with_meshfit: bool, settle: float) -> dict:
+    """One burst in a fresh namespace, scheduled alone or through meshfit; the numbers of that run."""
+    ns = namespace(core, f"{tag}-{'meshfit' if with_meshfit else 'alone'}")
+    meshfit = None
+    if with_meshfit:
+        log = plane.logs / f"meshfit-{ns}.log"
+        meshfit = MeshfitProcess(plane.kubeconfig, log, ["--log-format", "json", "--grpc-port", "0"],
+                                 ready_timeout=180).start()
+    watcher = BindWatch(core, ns)
+    created = create_burst(core, ns, shapes, seed)
+    before = api_writes(plane)
+    scheduler = run_scheduler(plane, scheduler_config(plane, qps, meshfit.url if meshfit else None), f"ks-{ns}")
+    wait_quiet(watcher, settle, 1800)
+    result = {"pods": created, "bound": len(watcher.bound_at), **rate(watcher.bound_at.values())}
+    writes = diff(api_writes(plane), before)
+    scheduler.stop()
+    result.update({"api_writes": sum(writes.values()), "api_writes_by_kind": writes,
+                   "writes_per_bound_pod": round(sum(writes.values()) / max(1, len(watcher.bound_at)), 2),
+                   "partly_bound_gangs": sum(1 for b, t in gang_status(core, ns).values() if 0 < b < t),
+                   "overcommitted_nodes": overcommitted(core)})
+    if meshfit is not None:
+        reserved = reserved_times(meshfit.log_path)
+        latencies = sorted(max(watcher.bound_at[f"{s.name}-worker-{i}"] for i in range(s.pods)) - reserved[s.name]
+                           for s in shapes if s.name in reserved
+                           and all(f"{s.name}-worker-{i}" in watcher.bound_at for i in range(s.pods)))
+        if latencies:
+            result.update({"gangs_timed": len(latencies), "reserved_to_bound_p50": round(statistics.median(latencies), 2),
+                           "reserved_to_bound_p99": round(latencies[int(round(0.99 * (len(latencies) - 1)))], 2),
+                           "reserved_to_bound_max": round(latencies[-1], 2)})
+        result["bind_latency"] = meshfit_histograms(meshfit.url)
+        meshfit.stop()
+    watcher.stop()
+    core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    return result
+
+
+def run_version(install, nodes: int, qps_settings: list[float | None], args) -> list[dict]:
+    """Every QPS setting on one control plane of one version: alone, then through meshfit."""
+    plane = ControlPlane(install).start()
+    rows = []
+    try:
+        client = kube_config.new_client_from_config(config_file=str(plane.kubeconfig))
+        client.configuration.connection_pool_maxsize = 32
+        core = CoreV1Api(client)
+        began = time.monotonic()
+        create_nodes_bulk(core, nodes)
+        print(f"# {install.full}: {nodes} nodes created in {time.monotonic() - began:.0f} s", file=sys.stderr)
+        shapes = shapes_for(args.seed, nodes * 8, args.demand, args.max_pods)
+        for qps in qps_settings:
+            tag = f"q{int(qps) if qps else 'd'}"
+            row = {"version": install.full, "nodes": nodes, "qps": qps or "default", "gangs": len(shapes),
+                   "gang_pods": sum(s.pods for s in shapes)}
+            row["alone"] = one_phase(plane, core, shapes, args.seed, qps, tag, False, args.settle)
+            row["meshfit"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle)
+            for key in ("pods_per_second", "pods_per_second_to_90pct", "writes_per_bound_pod"):
+                a, m = row["alone"].get(key), row["meshfit"].get(key)
+                row[f"ratio_{key}"] = round(m / a, 2) if a and m else None
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    finally:
+        plane.stop()
+    return rows
+
+
+def main() -> None:
+    """Parse the flags, run every version x node count x QPS setting, print and save the rows."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, action="append")
+    parser.add_argument("--qps", action="append", help="kube-scheduler client QPS: 'default' or a number")
+    parser.add_argument("--demand", type=float, default=0.6, help="gang GPUs / cluster GPUs")
+    parser.add_argument("--max-pods", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--settle", type=float, default=8.0, help="seconds without a new bind that end a burst")
+    parser.add_argument("--versions", default="", help="comma-separated minor versions (default: all found)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    installs, problems = find_installs()
+    if args.versions:
+        installs = [i for i in installs if i.minor in args.versions.split(",")]
+    if not installs:
+        sys.exit(f"error: {missing_reason(problems)}")
+    qps_settings = [None if q == "default" else float(q) for q in (args.qps or ["default"])]
+    rows = [row for install in installs for nodes in (args.nodes or [1000])
+            for row in run_version(install, nodes, qps_settings, args)]
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

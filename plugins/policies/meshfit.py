@@ -73,7 +73,7 @@ class MeshfitPolicy:
 
     def _price_domain(self, topo: ClusterTopology, view: SlotView, domain: int, pricer: LayoutPricer, order: str,
                       plans: list[tuple[np.ndarray, list[int], str]], best: Candidate | None,
-                      slices: "SliceCheck | None" = None) -> Candidate | None:
+                      slices: "SliceCheck | None" = None, floors: DomainFloors | None = None) -> Candidate | None:
         """Best layout of the gang inside one domain for one rank order (`plans`: sequence, blocks, strategy):
         every plan filled, the new layouts priced in one call, then compared in plan order."""
         pods = len(plans[0][0])
@@ -88,7 +88,8 @@ class MeshfitPolicy:
         for pod_nodes, cost in zip(layouts, layout_costs(pricer, layouts)):
             if best is not None and clearly_costlier(cost, best.cost):
                 continue  # cannot win even on tie-breaks: skip pricing its fragmentation
-            tie = (whole_domains_broken(topo, view.tree.path_lists, pod_nodes), -level, leftover)
+            fully_free = floors.fully_free if floors is not None else None
+            tie = (whole_domains_broken(topo, view.tree.path_lists, pod_nodes, fully_free), -level, leftover)
             candidate = Candidate(tuple(pod_nodes.tolist()), order, cost, tie)
             if candidate.beats(best):
                 best = candidate
@@ -162,15 +163,15 @@ class MeshfitPolicy:
         """The cheapest layout over candidate domains (deepest level first) x rank orders x plans."""
         strategies = (PACK, BALANCE, SPREAD) if view.tree.oversubscribed else (PACK,)
         plans = [search_plans(gang, pricer, order, strategies) for pricer, order in zip(pricers, orders)]
-        floors = DomainFloors(topo, view, len(gang.pods)) if self.prune else None
+        floors = DomainFloors(topo, view, len(gang.pods))
         best: Candidate | None = None
         for level in sorted({view.tree.level_of(d) for d in domains}, reverse=True):
             for domain in (d for d in domains if view.tree.level_of(d) == level):
                 for pricer, order, order_plans in zip(pricers, orders, plans):
-                    if floors is not None and best is not None and \
-                            cannot_beat(floors.cost(pricer, domain), floors.tie(domain), best):
+                    if self.prune and best is not None and \
+                            cannot_beat(floors.cost(pricer, domain), lambda: floors.tie(domain), best):
                         continue
-                    best = self._price_domain(topo, view, domain, pricer, order, order_plans, best, slices)
+                    best = self._price_domain(topo, view, domain, pricer, order, order_plans, best, slices, floors)
             if best is not None and best.cost <= floor:
                 break
         return best

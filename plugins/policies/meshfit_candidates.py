@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -23,8 +24,6 @@ from topology.model import ClusterTopology
 
 RELATIVE_TIE = 1e-9
 """Costs closer than this (relative) are equal; fragmentation decides."""
-SMALL_TOUCH = 48
-"""Layouts touching at most this many domains are checked for whole domains one by one, larger ones vectorised."""
 
 
 @dataclass(frozen=True)
@@ -55,15 +54,16 @@ def clearly_costlier(cost: float, best_cost: float) -> bool:
     return cost > best_cost and costs_differ(cost, best_cost)
 
 
-def cannot_beat(cost_floor: float, tie_floor: tuple[int, int, int], best: Candidate | None) -> bool:
-    """True when no candidate costing at least `cost_floor` with tie-breakers at least `tie_floor` beats `best`."""
+def cannot_beat(cost_floor: float, tie_floor: Callable[[], tuple[int, int, int]], best: Candidate | None) -> bool:
+    """True when no candidate costing at least `cost_floor` with tie-breakers at least `tie_floor()` beats `best`
+    (the tie-breaker floor is only computed when the costs leave it to decide)."""
     if best is None:
         return False
     if clearly_costlier(cost_floor, best.cost):
         return True
     if cost_floor < best.cost and costs_differ(cost_floor, best.cost):
         return False  # it might be clearly cheaper
-    return tie_floor >= best.tie_break
+    return tie_floor() >= best.tie_break
 
 
 def domain_totals(topo: ClusterTopology) -> np.ndarray:
@@ -75,15 +75,34 @@ def domain_totals(topo: ClusterTopology) -> np.ndarray:
     return cached
 
 
-def whole_domains_broken(topo: ClusterTopology, paths: list[list[int]], pod_nodes: np.ndarray | list[int]) -> int:
-    """How many fully free domains (hosts included) this layout starts using (`paths`: domain ids per node)."""
-    free, total = topo.free_arrays()[1], domain_totals(topo)
-    nodes = pod_nodes.tolist() if isinstance(pod_nodes, np.ndarray) else pod_nodes
-    touched = {domain for node in set(nodes) for domain in paths[node]}
-    if len(touched) <= SMALL_TOUCH:
-        return sum(1 for domain in touched if free[domain] == total[domain])
-    ids = np.fromiter(touched, dtype=np.int64, count=len(touched))
-    return int(np.count_nonzero(free[ids] == total[ids]))
+def whole_domains_broken(topo: ClusterTopology, paths: list[list[int]], pod_nodes: np.ndarray | list[int],
+                         fully_free: Sequence[bool] | None = None) -> int:
+    """How many fully free domains (hosts included) this layout starts using (`paths`: domain ids per node;
+    `fully_free`: per domain id whether it is fully free, computed here when not given).
+
+    A fully free domain has only fully free domains below it, so on each node's path the fully free domains
+    are the host and the ancestors above it up to the first one in use: each path is walked upwards until
+    then, or until a domain another node's walk already counted (it went on from there)."""
+    if fully_free is None:
+        free, total = topo.free_arrays()[1], domain_totals(topo)
+        is_free = lambda domain: free[domain] == total[domain]  # noqa: E731
+    else:
+        is_free = fully_free.__getitem__
+    nodes = set(pod_nodes.tolist() if isinstance(pod_nodes, np.ndarray) else pod_nodes)
+    counted: set[int] = set()
+    for node in nodes:
+        path = paths[node]
+        for depth in range(len(path) - 1, -1, -1):
+            domain = path[depth]
+            if domain in counted or not is_free(domain):
+                break
+            counted.add(domain)
+    return len(counted)
+
+
+def fully_free_domains(topo: ClusterTopology) -> list[bool]:
+    """Per domain id, whether none of its GPUs is in use (a list: cheap to read many times within one placement)."""
+    return (topo.free_arrays()[1] == domain_totals(topo)).tolist()
 
 
 class DomainFloors:
@@ -93,6 +112,14 @@ class DomainFloors:
         self.topo, self.view, self.pods = topo, view, pods
         self.level_max: dict[int, int] = {}
         self.costs: dict[tuple[int, int], float] = {}
+        self._fully_free: list[bool] | None = None
+
+    @property
+    def fully_free(self) -> list[bool]:
+        """`fully_free_domains` of the topology, computed once per placement."""
+        if self._fully_free is None:
+            self._fully_free = fully_free_domains(self.topo)
+        return self._fully_free
 
     def most_slots_at(self, level: int) -> int:
         """The most slots any one domain of `level` has (cached per view)."""
@@ -128,8 +155,8 @@ class DomainFloors:
         view, topo = self.view, self.topo
         ancestors = 0
         if domain != ROOT:
-            free, total = topo.free_arrays()[1], domain_totals(topo)
-            ancestors = sum(1 for d in view.tree.ancestors[domain, : level + 1].tolist() if free[d] == total[d])
+            fully_free = self.fully_free
+            ancestors = sum(1 for d in view.tree.ancestors[domain, : level + 1].tolist() if fully_free[d])
         kept = view.kept
         if kept is None or level == view.tree.levels - 1 or kept.max_slots <= 0:
             return ancestors

@@ -402,6 +402,8 @@ def candidate_domains(view: SlotView, pods: int, min_level: int, per_level: int 
             if view.total >= pods:
                 found.append(ROOT)
             continue
+        if level == tree.levels - 1 and view.kept is not None and view.kept.max_slots < pods:
+            continue  # no node holds that many pods
         at_level = tree.level_domains[level]
         ids = at_level[view.domain_slots[at_level] >= pods]
         if ids.size == 0:

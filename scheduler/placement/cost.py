@@ -86,6 +86,8 @@ class _Geometry:
 
     def __init__(self, topo: ClusterTopology) -> None:
         self.paths = np.array([n.path for n in topo.nodes], dtype=np.int64).reshape(len(topo.nodes), len(topo.levels))
+        self.paths_by_level = np.ascontiguousarray(self.paths.T)
+        """`paths` transposed: (levels, nodes)."""
         self.domain_gpus = np.array([d.gpus_total for d in topo.domains], dtype=np.float64)
         self.links: list[LinkTier] = [topo.tier_link(lvl) for lvl in range(-1, len(topo.levels))]
         self.latency_s = np.array([link.latency_us * 1e-6 for link in self.links])

@@ -34,6 +34,7 @@ def _example(replace: tuple[str, str] | None = None) -> str:
 
 @pytest.fixture(scope="module")
 def cluster_file(tmp_path_factory) -> Path:
+    """A 32-node HGX H100 cluster file."""
     return write_objects(tmp_path_factory.mktemp("cluster"), make_nodelist("hgx-h100", nodes=32))
 
 

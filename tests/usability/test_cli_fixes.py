@@ -21,6 +21,7 @@ RUNNER = CliRunner()
 
 @pytest.fixture(scope="module")
 def cluster_file(tmp_path_factory) -> Path:
+    """A 32-node HGX H100 cluster file."""
     return write_objects(tmp_path_factory.mktemp("cluster"), make_nodelist("hgx-h100", nodes=32))
 
 
@@ -70,6 +71,7 @@ def test_embedded_serve_binds_loopback_by_default(cluster_file, monkeypatch, fla
     seen = []
 
     def refuse(host, port):
+        """Record the address and stop before anything listens."""
         seen.append(host)
         raise server.PortError("stop here")
 

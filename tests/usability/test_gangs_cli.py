@@ -69,6 +69,7 @@ def _cluster() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def kubeconfig(tmp_path_factory):
+    """A kubeconfig (context namespace `ml`) for an API double holding `_cluster()`."""
     double = ApiServerDouble().start()
     for obj in _cluster():
         double.create(obj)

@@ -46,6 +46,7 @@ def test_base_lists_existing_manifests_and_sets_an_image_they_use():
 
 @pytest.fixture(scope="module")
 def kubectl() -> str:
+    """The kubectl binary, or a skip with the reason."""
     found = shutil.which("kubectl")
     if found is None:
         pytest.skip("kubectl is not installed (Debian: apt-get install kubernetes-client); the Python check ran")

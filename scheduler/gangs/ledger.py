@@ -122,8 +122,9 @@ class Reservation:
         return slot.node if slot is not None and slot.state != SLOT_RELEASED else None
 
     def bound_given(self) -> GivenRendezvous | None:
-        """`given` while some member is still bound (only bound pods constrain the rest), else None."""
-        if self.given is None or not any(s.state == SLOT_BOUND for s in self.slots.values()):
+        """`given` while some member is bound or being bound (a Binding in flight has told its pod the rendezvous
+        already: only pods told constrain the rest), else None."""
+        if self.given is None or not any(s.state in (SLOT_BOUND, SLOT_BINDING) for s in self.slots.values()):
             return None
         return self.given
 
@@ -185,12 +186,14 @@ class ReservationLedger:
         self.entries[gang.key] = entry
         return entry
 
-    def mark_binding(self, gang_key: str, index: int, pod: str) -> bool:
-        """Slot `index` is being bound by `pod` (Binding in flight): no expiry or move may free it."""
+    def mark_binding(self, gang_key: str, index: int, pod: str, given: GivenRendezvous | None = None) -> bool:
+        """Slot `index` is being bound by `pod` (Binding in flight): no expiry or move may free it.  `given` is the
+        rendezvous that Binding carries: from now on pod 0 stays where it says (see `bound_given`)."""
         entry = self.entries.get(gang_key)
         slot = entry.slots.get(index) if entry is not None else None
         if slot is None or slot.state != SLOT_RESERVED:
             return False
+        self.note_given(gang_key, given)
         slot.state, slot.pod = SLOT_BINDING, pod
         return True
 

@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from scheduler.cache.pod_record import PodRecord
 from scheduler.gangs.ledger import SLOT_RESERVED, Reservation
+from scheduler.gangs.rendezvous import given_from_annotations
 from scheduler.service.binding import BindConflict, Binder, RendezvousMissing, bind_annotations
 
 log = logging.getLogger("meshfit.bind")
@@ -143,7 +144,8 @@ class GangBinding:
             annotations = bind_annotations(entry, member.index)
         except RendezvousMissing:
             return 0
-        if not self.state.ledger.mark_binding(member.gang_key, member.index, record.name):
+        if not self.state.ledger.mark_binding(member.gang_key, member.index, record.name,
+                                              given_from_annotations(annotations, record.name)):
             return 0
         future: Future = Future()
         self.in_flight[record.uid] = future

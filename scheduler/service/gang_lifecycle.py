@@ -250,6 +250,17 @@ class GangLifecycle:
                 queue.note(key, max(r.priority for r in pending), first.member.size, first.member.gpus_per_pod,
                            reason, now)
 
+    def is_rolling_back(self, key: str) -> bool:
+        """True while evicted members of the gang's rollback are still present (they keep it from being re-placed)."""
+        evicted = self.rolling_back.get(key)
+        if evicted is None:
+            return False
+        evicted &= {r.uid for r in self.members(key)}
+        if not evicted:
+            del self.rolling_back[key]
+            return False
+        return True
+
     def _forget_gone(self) -> None:
         for key in list(self.rolling_back):
             present = {r.uid for r in self.members(key)}
@@ -346,7 +357,7 @@ class GangLifecycle:
     def _attempt(self, gang: Any, priority: int, offered: frozenset[str] | None,
                  by: PodRecord | None) -> tuple[Reservation | None, str]:
         topo, ledger, key = self.state.topology, self.state.ledger, gang.key
-        if key in self.rolling_back:
+        if self.is_rolling_back(key):
             return None, f"gang {key} is being rolled back; it is placed afresh once its evicted members are gone"
         with offered_only(topo, offered):
             placement = self.place_gang(gang, topo, self.policy)

@@ -41,6 +41,7 @@ from scheduler.service.elastic import ElasticGangs
 from scheduler.service.preemption_flow import PreemptionFlow
 from scheduler.service.ranktables import MemoryRankTables, RankTableTracker
 from scheduler.cache.pod_record import PodRecord
+from scheduler.gangs.rendezvous import given_from_annotations
 from scheduler.cache.state import ClusterState
 from topology.model import TopologyError
 
@@ -100,7 +101,7 @@ class GangScheduler:
                                       lambda: self.lifecycle.scheduler_names, workers=bind_workers,
                                       synchronous=synchronous_actions)
             self.direct.observe = lambda seconds, ok: self.observe_binding("meshfit", seconds, ok)
-            self.direct.rolling_back = lambda key: key in self.lifecycle.rolling_back
+            self.direct.rolling_back = self.lifecycle.is_rolling_back
             self.lifecycle.after_reserved.append(self.direct.kick)
             self.lifecycle.leaves_to_kube = self.direct.leaves_to_kube
             state.member_pending = self._member_pending
@@ -194,7 +195,7 @@ class GangScheduler:
         """The gang's reservation holding this pod's slot (placing the gang if the queue lets it), or a reason."""
         member = record.member
         ledger, topo = self.state.ledger, self.state.topology
-        if member.gang_key in self.lifecycle.rolling_back:
+        if self.lifecycle.is_rolling_back(member.gang_key):
             return None, (f"gang {member.gang_key} is being rolled back; it is placed afresh once its evicted "
                           f"members are gone")
         entry = ledger.get(member.gang_key)
@@ -392,7 +393,9 @@ class GangScheduler:
         if not entry.node_of(0):
             return str(RendezvousMissing(f"gang {member.gang_key}: no node is held for pod 0; not binding pod "
                                          f"{record.key} until pod 0 is placed"))
-        if not self.state.ledger.mark_binding(member.gang_key, member.index, name):
+        annotations = bind_annotations(entry, member.index)
+        if not self.state.ledger.mark_binding(member.gang_key, member.index, name,
+                                              given_from_annotations(annotations, name)):
             return (f"pod {record.key} of gang {member.gang_key}: its slot is "
                     f"{entry.slots[member.index].state} (by {entry.slots[member.index].pod}), not reserved")
         self.lifecycle.arrived(record)

@@ -184,7 +184,7 @@ def layout_costs(pricer: LayoutPricer, layouts: list[np.ndarray]) -> list[float]
     fresh = list(dict.fromkeys(key for key in keys if key not in memo))
     if fresh:
         stack = np.frombuffer(b"".join(fresh), dtype=np.int64).reshape(len(fresh), -1)
-        memo.update(zip(fresh, price_layouts(pricer, stack)))
+        memo.update(zip(fresh, price_layouts(pricer, stack, fresh)))
     return [memo[key] for key in keys]
 
 

@@ -239,6 +239,8 @@ class LayoutPricer:
         self._inside_pods: dict[str, tuple[float, int]] = {}
         """Cost of axes whose every group sits inside one pod: the same for any layout."""
         self._memo: dict[bytes, float] = {}
+        self._reports: dict[bytes, tuple[float, dict[str, float], dict[str, int]]] = {}
+        """Layout bytes -> `price` of that layout, for layouts priced in full (see `report`)."""
 
     def step_seconds(self, pod_nodes: np.ndarray) -> float:
         """`price(pod_nodes)[0]`, remembered per layout (searches often propose one layout several times)."""
@@ -263,9 +265,38 @@ class LayoutPricer:
         return sum(by_axis.values()), by_axis, widest
 
 
+    def report(self, pod_nodes: Sequence[int] | np.ndarray) -> tuple[float, dict[str, float], dict[str, int]]:
+        """`price(pod_nodes)`, remembered per layout (fresh dicts on every call)."""
+        key = np.ascontiguousarray(pod_nodes, dtype=np.int64).tobytes()
+        found = self._reports.get(key)
+        if found is None:
+            found = self._reports[key] = self.price(pod_nodes)
+        total, by_axis, widest = found
+        return total, dict(by_axis), dict(widest)
+
+
+MEMO_LIMIT = 4096
+"""Layouts remembered per shared pricer before its memos are cleared."""
+
+
+def shared_pricer(gang: Gang, topo: ClusterTopology, rank_order: str) -> LayoutPricer:
+    """A `LayoutPricer` for `gang`'s shape (parallelism, model, GPUs per pod) under `rank_order`, kept on the
+    topology's geometry: prices depend only on the shape, the layout and the static links, so layouts priced
+    for one gang are remembered for the next gang of the same shape (and by `estimate_cost`)."""
+    geo = geometry(topo)
+    cache = geo.__dict__.setdefault("shared_pricers", {})
+    key = (gang.parallelism, gang.model, gang.gpus_per_pod, rank_order)
+    pricer = cache.get(key)
+    if pricer is None:
+        pricer = cache[key] = LayoutPricer(gang, topo, rank_order)
+    elif len(pricer._memo) > MEMO_LIMIT or len(pricer._reports) > MEMO_LIMIT:
+        pricer._memo.clear()
+        pricer._reports.clear()
+    return pricer
+
+
 def estimate_cost(gang: Gang, pod_nodes: Sequence[int], topo: ClusterTopology, rank_order: str | None = None) -> CostReport:
     """Predicted per-step communication cost of `gang` with pod i on node `pod_nodes[i]`."""
-    pricer = LayoutPricer(gang, topo, rank_order)
-    total, by_axis, widest = pricer.price(pod_nodes)
+    total, by_axis, widest = shared_pricer(gang, topo, rank_order or gang.rank_order).report(pod_nodes)
     tier_by_axis = {axis: topo.tier_name(widest[axis]) if axis in widest else NO_TIER for axis in AXES}
     return CostReport(total, lower_bound_seconds(gang, topo), by_axis, tier_by_axis)

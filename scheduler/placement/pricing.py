@@ -14,29 +14,13 @@ from typing import Callable
 
 import numpy as np
 
-from scheduler.placement.cost import LayoutPricer, _Geometry, _PodGroups, AxisTraffic, collective_factor, geometry
-from scheduler.placement.jobs import AXES, Gang, parse_rank_order
-from topology.model import ClusterTopology
+from scheduler.placement.cost import (  # noqa: F401  (shared_pricer: re-exported for searches)
+    LayoutPricer, _Geometry, _PodGroups, AxisTraffic, collective_factor, shared_pricer,
+)
+from scheduler.placement.jobs import AXES
 
-MEMO_LIMIT = 4096
-"""Layouts remembered per shared pricer before its memo is cleared."""
 FLOOR_SLACK = 1e-12
 """Relative margin taken off a floor so float rounding can never put it above a layout's priced cost."""
-
-
-def shared_pricer(gang: Gang, topo: ClusterTopology, rank_order: str) -> LayoutPricer:
-    """A `LayoutPricer` for `gang`'s shape (parallelism, model, GPUs per pod) under `rank_order`, kept on the
-    topology's geometry: prices depend only on the shape, the layout and the static links, so layouts priced
-    for one gang are remembered for the next gang of the same shape."""
-    geo = geometry(topo)
-    cache = geo.__dict__.setdefault("shared_pricers", {})
-    key = (gang.parallelism, gang.model, gang.gpus_per_pod, parse_rank_order(rank_order))
-    pricer = cache.get(key)
-    if pricer is None:
-        pricer = cache[key] = LayoutPricer(gang, topo, rank_order)
-    elif len(pricer._memo) > MEMO_LIMIT:
-        pricer._memo.clear()
-    return pricer
 
 
 def common_levels(geo: _Geometry, member_nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -69,11 +53,11 @@ def _seconds_by_level(geo: _Geometry, traffic: AxisTraffic, ranks: int) -> np.nd
                                                                                                       ranks)
 
 
-def _axis_seconds_many(geo: _Geometry, traffic: AxisTraffic, groups: _PodGroups, layouts: np.ndarray) -> np.ndarray:
-    """Per layout (rows of `layouts`), the axis's seconds per call: `cost._axis_cost` over a stack of layouts."""
+def _axis_seconds_many(geo: _Geometry, traffic: AxisTraffic, groups: _PodGroups,
+                       layouts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per layout (rows of `layouts`), the axis's slowest group's seconds per call, and every group's common level
+    (layouts, groups): `cost._axis_cost` over a stack of layouts, on topologies with shared (oversubscribed) tiers."""
     member_paths, levels = common_levels(geo, layouts[:, groups.pods])  # (layouts, groups[, members, levels])
-    if not geo.shared_levels:
-        return _seconds_by_level(geo, traffic, groups.ranks)[levels + 1].max(axis=1)
     count = layouts.shape[0]
     bandwidth = geo.dedicated_bandwidth[levels + 1]
     domains = geo.domain_gpus.shape[0]
@@ -95,7 +79,7 @@ def _axis_seconds_many(geo: _Geometry, traffic: AxisTraffic, groups: _PodGroups,
     bandwidth = np.where(np.isinf(bandwidth), host_link.bandwidth_gbps, bandwidth)
     seconds = (geo.latency_s[levels + 1]
                + traffic.bytes_per_call / (bandwidth * 1e9) * collective_factor(traffic.collective, groups.ranks))
-    return seconds.max(axis=1)
+    return seconds.max(axis=1), levels
 
 
 class _Batch:
@@ -131,30 +115,44 @@ class _Batch:
         self.table_offset = np.repeat(np.arange(len(tables), dtype=np.int64) * levels,
                                       [stack.shape[0] for stack in stacks]) + 1
 
-    def worst_seconds(self, pricer: LayoutPricer, layouts: np.ndarray) -> list[list[float]]:
-        """Per multi-pod axis, per layout: the slowest group's seconds per call."""
+    def worst_seconds(self, pricer: LayoutPricer, layouts: np.ndarray) -> tuple[list[list[float]], list[list[int]]]:
+        """Per multi-pod axis, per layout: the slowest group's seconds per call, and the widest level crossed."""
         geo = pricer.geo
         if geo.shared_levels:
-            return [_axis_seconds_many(geo, pricer.traffic[axis], pricer.pod_groups[axis], layouts).tolist()
-                    for axis in self.multi]
+            worst, widest = [], []
+            for axis in self.multi:
+                seconds, levels = _axis_seconds_many(geo, pricer.traffic[axis], pricer.pod_groups[axis], layouts)
+                worst.append(seconds.tolist())
+                widest.append(levels.min(axis=1).tolist())
+            return worst, widest
         levels = _common_levels_members_first(geo, np.take(layouts, self.members_first, axis=1))
         worst = np.maximum.reduceat(self.table[levels + self.table_offset], self.starts, axis=1)
-        return worst.T.tolist()
+        return worst.T.tolist(), np.minimum.reduceat(levels, self.starts, axis=1).T.tolist()
 
 
-def price_layouts(pricer: LayoutPricer, layouts: np.ndarray) -> list[float]:
-    """Step seconds of every layout (row: node per pod), equal to `pricer.price(row)[0]` for each row."""
+def price_layouts(pricer: LayoutPricer, layouts: np.ndarray, keys: list[bytes] | None = None) -> list[float]:
+    """Step seconds of every layout (row: node per pod), equal to `pricer.price(row)[0]` for each row.
+
+    With `keys` (each layout's bytes), every layout's full `price` is also remembered for `pricer.report`."""
     layouts = np.asarray(layouts, dtype=np.int64)
     batch = pricer.__dict__.get("_batch")
     if batch is None:
         batch = pricer.__dict__["_batch"] = _Batch(pricer)
     count = layouts.shape[0]
     by_axis: dict[str, list[float]] = {axis: [seconds] * count for axis, seconds in batch.constant.items()}
+    widest: dict[str, list[int]] = {axis: [pricer._inside_pods[axis][1]] * count for axis in batch.constant}
     if batch.multi:
-        for axis, calls, worst in zip(batch.multi, batch.calls, batch.worst_seconds(pricer, layouts)):
-            by_axis[axis] = [seconds * calls for seconds in worst]
+        worst, levels = batch.worst_seconds(pricer, layouts)
+        for axis, calls, seconds, crossed in zip(batch.multi, batch.calls, worst, levels):
+            by_axis[axis] = [value * calls for value in seconds]
+            widest[axis] = crossed
     columns = [by_axis.get(axis) for axis in AXES]
-    return [sum(column[row] if column is not None else 0.0 for column in columns) for row in range(count)]
+    totals = [sum(column[row] if column is not None else 0.0 for column in columns) for row in range(count)]
+    if keys is not None:
+        for row, (key, total) in enumerate(zip(keys, totals)):
+            pricer._reports[key] = (total, {axis: by_axis[axis][row] if axis in by_axis else 0.0 for axis in AXES},
+                                    {axis: widest[axis][row] for axis in pricer.pod_groups})
+    return totals
 
 
 def tier_seconds(geo: _Geometry, traffic: AxisTraffic, ranks: int) -> np.ndarray:

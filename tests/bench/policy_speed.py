@@ -87,6 +87,7 @@ def place_seconds(policy: str, gang: Gang, topo, calls: int) -> float:
         topo.remove_pod("bench/touch")
         for pricer in geometry(topo).__dict__.get("shared_pricers", {}).values():
             pricer._memo.clear()
+            pricer._reports.clear()
         started = time.process_time()
         place(gang, topo, policy, with_ranks=False)
         total += time.process_time() - started

@@ -38,6 +38,14 @@ class SlotView:
     kept: PodSlots | None = None
     """The topology's incrementally kept slots behind these arrays (None when restricted to assigned domains)."""
 
+    @property
+    def slot_list(self) -> list[int]:
+        """`domain_slots` as a Python list (cheap per-domain lookups while filling), built once per view."""
+        cached = self.__dict__.get("_slot_list")
+        if cached is None:
+            cached = self.__dict__["_slot_list"] = self.domain_slots.tolist()
+        return cached
+
     def slots(self, domain: int) -> int:
         """Pods that fit in `domain` (ROOT = the cluster)."""
         return self.total if domain == ROOT else int(self.domain_slots[domain])
@@ -278,14 +286,18 @@ def _usable_blocks(blocks: list[int], pods: int) -> list[tuple[int, tuple[int, .
 _USABLE: dict[tuple[tuple[int, ...], int], list[tuple[int, tuple[int, ...]]]] = {}
 
 
-def _block_caps(view: SlotView, domain: int, kids: np.ndarray, pods: int, blocks: list[int]) -> tuple[int, list[int]]:
+def _block_caps(view: SlotView, domain: int, kids: list[int], kid_slots: list[int], pods: int,
+                blocks: list[int]) -> tuple[int, list[int]]:
     """Largest block (and per-child block capacity) covering `pods`: first with every inner block aligned too,
     then with only this block aligned, then unaligned.
 
     A domain's nested capacity bounds the sum of its children's, and children below the deepest level that
-    holds a block have none, so most blocks that cannot cover `pods` are rejected without reading the children."""
+    holds a block have none, so most blocks that cannot cover `pods` are rejected without reading the children;
+    blocks of one pod need nothing but the children's slots."""
     kid_level = view.tree.level_of(domain) + 1
     for block, nested in _usable_blocks(blocks, pods):
+        if nested == (1,) and sum(kid_slots) >= pods:
+            return 1, kid_slots  # one-pod blocks: the caps are the slots, and the children hold the domain's pods
         caps_array, deepest = view.nested_entry(nested)
         need = pods // block
         if kid_level > deepest or (domain != ROOT and caps_array[domain] < need):
@@ -298,7 +310,7 @@ def _block_caps(view: SlotView, domain: int, kids: np.ndarray, pods: int, blocks
             caps = caps_of(block)[kids].tolist()
             if sum(caps) >= pods // block:
                 return block, caps
-    return 1, view.domain_slots[kids].tolist()
+    return 1, list(kid_slots)
 
 
 def fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strategy: str = PACK) -> list[int]:
@@ -315,14 +327,12 @@ def _fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], stra
     hosts = tree.host_node
     if domain in hosts:
         return [hosts[domain]] * pods
-    all_kids = tree.kid_array(domain)
-    all_slots = view.domain_slots[all_kids]
-    holding = all_slots > 0
-    kid_array = all_kids[holding]
-    if tree.level_of(domain) == tree.levels - 2 and all_slots.size and all_slots.max() == 1:
-        return _one_pod_per_host(tree, kid_array, pods)
-    kids, kid_slots = kid_array.tolist(), all_slots[holding].tolist()
-    block, caps = _block_caps(view, domain, kid_array, pods, blocks)
+    slots = view.slot_list
+    kids = [kid for kid in tree.kids(domain) if slots[kid] > 0]
+    kid_slots = [slots[kid] for kid in kids]
+    if tree.level_of(domain) == tree.levels - 2 and max(kid_slots, default=0) == 1:
+        return _one_pod_per_host(tree, kids, pods)
+    block, caps = _block_caps(view, domain, kids, kid_slots, pods, blocks)
     inner_block = min((b for b in blocks if 1 < b <= pods and pods % b == 0), default=1)
     if block == 1 and inner_block > 1 and strategy != SPREAD and max(kid_slots, default=0) >= inner_block:
         pieces = split_blocks(kid_slots, pods, inner_block)
@@ -341,14 +351,15 @@ def _fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], stra
     return nodes
 
 
-def _one_pod_per_host(tree: TreeIndex, hosts: np.ndarray, pods: int) -> list[int]:
+def _one_pod_per_host(tree: TreeIndex, hosts: list[int], pods: int) -> list[int]:
     """`_fill_domain` of a domain whose children are hosts with one free slot each (`hosts`, in child order).
 
     Every block larger than one pod fits in no host, every host has the same capacity and leftover, so each
     strategy takes the first `pods` hosts in child order, one pod each."""
-    if hosts.size < pods:
+    if len(hosts) < pods:
         raise ValueError("domain cannot hold the requested pods")
-    return tree.host_node_array[hosts[:pods]].tolist()
+    host_node = tree.host_node
+    return [host_node[host] for host in hosts[:pods]]
 
 
 def split_blocks(slots: list[int], pods: int, block: int) -> list[list[tuple[int, int]]] | None:

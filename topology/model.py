@@ -219,11 +219,10 @@ class ClusterTopology:
 
     def hosts_by_free(self) -> HostsByFree:
         """Hosts grouped by free GPUs, kept up to date on every change (read-only)."""
-        node_free = self.free_arrays()[0]
         tree = self._level_tree()
         hosts = getattr(self, "_hosts_by_free", None)
         if hosts is None or hosts.tree is not tree:
-            hosts = self._hosts_by_free = HostsByFree(tree, node_free, self._node_totals())
+            hosts = self._hosts_by_free = HostsByFree(tree, self.free_arrays()[0], self._node_totals())
         return hosts
 
     def _level_tree(self) -> LevelTree:

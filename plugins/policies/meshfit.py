@@ -25,8 +25,8 @@ from plugins.policies.meshfit_search import (
     BALANCE, PACK, ROOT, SPREAD, SlotView, candidate_domains, fill_domain, pod_axis_grid, pod_sequence, slot_view,
     virtual_orders,
 )
-from scheduler.placement.capacity import allowed_nodes, constraint_levels, slice_level
-from scheduler.placement.cost import LayoutPricer, lower_bound_seconds
+from scheduler.placement.capacity import constraint_levels, slice_level
+from scheduler.placement.cost import LayoutPricer
 from scheduler.placement.explain import unschedulable_reason
 from scheduler.placement.jobs import AUTO_RANK_ORDER, Gang
 from scheduler.placement.layout import SUPPORTED_RANK_ORDERS
@@ -95,7 +95,8 @@ class MeshfitPolicy:
                 best = candidate
         return best
 
-    def _single_pod(self, gang: Gang, topo: ClusterTopology, order: str, floor: float) -> Assignment | None:
+    def _single_pod(self, gang: Gang, topo: ClusterTopology, pricer: LayoutPricer, order: str,
+                    floor: float) -> Assignment | None:
         """The general search's answer for a one-pod gang, without re-pricing identical layouts.
 
         A single pod sits on one node whatever the domain or rank order, so every host-level candidate
@@ -105,7 +106,7 @@ class MeshfitPolicy:
         nodes, slots = self._host_candidates(gang, topo)
         if not nodes:
             return None
-        if one_pod_seconds(shared_pricer(gang, topo, order), nodes[0]) > floor:
+        if one_pod_seconds(pricer, nodes[0]) > floor:
             return None
         paths = tree_index(topo).path_lists
         best, best_tie = nodes[0], None
@@ -119,7 +120,7 @@ class MeshfitPolicy:
         """Nodes of the host-level candidate domains for one pod, in the order the search visits them, and
         their free pod slots (from the topology's by-free-GPUs host index unless the gang has assigned domains)."""
         gpus = max(gang.gpus_per_pod, 1)
-        hosts = topo.hosts_by_free() if allowed_nodes(gang, topo) is None else None
+        hosts = topo.hosts_by_free() if not gang.constraint.assigned_domains else None  # else: only assigned nodes
         if hosts is not None and hosts.one_node_per_host:
             fewest, roomiest = hosts.fewest_and_roomiest(gpus, max(self.per_level - 1, 0))
             nodes = list(dict.fromkeys(fewest + [roomiest])) if roomiest is not None else []
@@ -133,11 +134,12 @@ class MeshfitPolicy:
     def assign(self, gang: Gang, topo: ClusterTopology) -> Assignment:
         """Choose nodes and pod order for the whole gang, or say why it cannot fit."""
         orders = SUPPORTED_RANK_ORDERS if gang.rank_order == AUTO_RANK_ORDER else (gang.rank_order,)
-        floor = lower_bound_seconds(gang, topo) * (1 + RELATIVE_TIE)
+        first = shared_pricer(gang, topo, orders[0])
+        floor = first.lower_bound() * (1 + RELATIVE_TIE)
         try:
             if len(gang.pods) == 1 and self.single_pod_shortcut and not gang.constraint.has_slices:
                 constraint_levels(gang, topo)  # the same errors as the search's candidate domains
-                single = self._single_pod(gang, topo, orders[0], floor)
+                single = self._single_pod(gang, topo, first, orders[0], floor)
                 if single is not None:
                     return single
             view = slot_view(gang, topo)
@@ -150,7 +152,7 @@ class MeshfitPolicy:
             return Assignment.unschedulable(unschedulable_reason(gang, topo) or "no domain can hold the gang")
         if isinstance(kueue, str):
             return Assignment.unschedulable(kueue)  # Kueue's slice placement fails only when no layout keeps the slices
-        pricers = [shared_pricer(gang, topo, order) for order in orders]
+        pricers = [first] + [shared_pricer(gang, topo, order) for order in orders[1:]]
         best = self._search(gang, topo, view, domains, pricers, orders, floor, slices)
         if kueue is not None:
             best = _with_kueue_layout(topo, view, pricers, orders, np.array(kueue, dtype=np.int64), best)

@@ -265,6 +265,13 @@ class LayoutPricer:
         return sum(by_axis.values()), by_axis, widest
 
 
+    def lower_bound(self) -> float:
+        """`lower_bound_seconds` of the priced gang's shape (cached on the pricer)."""
+        found = self.__dict__.get("_lower_bound")
+        if found is None:
+            found = self.__dict__["_lower_bound"] = lower_bound_seconds(self.gang, self.topo)
+        return found
+
     def report(self, pod_nodes: Sequence[int] | np.ndarray) -> tuple[float, dict[str, float], dict[str, int]]:
         """`price(pod_nodes)`, remembered per layout (fresh dicts on every call)."""
         key = np.ascontiguousarray(pod_nodes, dtype=np.int64).tobytes()
@@ -297,6 +304,7 @@ def shared_pricer(gang: Gang, topo: ClusterTopology, rank_order: str) -> LayoutP
 
 def estimate_cost(gang: Gang, pod_nodes: Sequence[int], topo: ClusterTopology, rank_order: str | None = None) -> CostReport:
     """Predicted per-step communication cost of `gang` with pod i on node `pod_nodes[i]`."""
-    total, by_axis, widest = shared_pricer(gang, topo, rank_order or gang.rank_order).report(pod_nodes)
+    pricer = shared_pricer(gang, topo, rank_order or gang.rank_order)
+    total, by_axis, widest = pricer.report(pod_nodes)
     tier_by_axis = {axis: topo.tier_name(widest[axis]) if axis in widest else NO_TIER for axis in AXES}
-    return CostReport(total, lower_bound_seconds(gang, topo), by_axis, tier_by_axis)
+    return CostReport(total, pricer.lower_bound(), by_axis, tier_by_axis)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from plugins.policies.meshfit import RELATIVE_TIE, MeshfitPolicy
 from plugins.policies.meshfit_search import ROOT, _pack, candidate_domains, slot_view
-from scheduler.placement.cost import LayoutPricer, collective_factor, geometry, lower_bound_seconds
+from scheduler.placement.cost import LayoutPricer, collective_factor, geometry, lower_bound_seconds, shared_pricer
 from scheduler.placement.jobs import AXES
 from tests.placement.placement_builders import make_cluster, make_gang
 from topology.generator import generate_cluster
@@ -122,7 +122,7 @@ def test_single_pod_shortcut_answers_on_standard_presets():
     gang = make_gang(tp=4, gpus_per_pod=4)
     policy = MeshfitPolicy()
     floor = lower_bound_seconds(gang, topo) * (1 + RELATIVE_TIE)
-    answer = policy._single_pod(gang, topo, "tp-cp-ep-dp-pp", floor)
+    answer = policy._single_pod(gang, topo, shared_pricer(gang, topo, "tp-cp-ep-dp-pp"), "tp-cp-ep-dp-pp", floor)
     assert answer is not None and answer.pod_nodes is not None
     assert topo.nodes[answer.pod_nodes[0]].gpus_free >= 4
 

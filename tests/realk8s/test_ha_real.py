@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realk8s.cluster_builders import create_nodes, gang_status
+from tests.realk8s.cluster_builders import create_nodes, gang_pod_body, gang_status
 from tests.realk8s.controlplane import ManagedProcess, MeshfitProcess
 from tests.realk8s.scenario import KubeletStandIn, burst_shapes, create_burst, wait_settled, whole
 from tests.realk8s.tcp_proxy import ReadinessProxy
@@ -116,10 +116,13 @@ def test_standby_takes_over_when_the_leader_is_killed_mid_burst(kube):
         stack = Stack(kube, [a, b])
 
         shapes = burst_shapes(seed=23, capacity_gpus=nodes * GPUS)
+        late = [gang_pod_body(kube.namespace, "late", i, 4, GPUS, f"tp={GPUS},dp=4") for i in range(4)]
+        for body in late[:3]:  # its last member comes only after the fail-over: the gang is partly bound
+            kube.core.create_namespaced_pod(kube.namespace, body)  # at the SIGKILL, whatever the timing
         create_burst(kube.core, kube.namespace, shapes, seed=23)
-        deadline = time.monotonic() + 20
-        while not any(0 < s[0] < s[1] for s in gang_status(kube.core, kube.namespace).values()):
-            assert time.monotonic() < deadline, "no gang was ever caught partly bound"
+        deadline = time.monotonic() + 30
+        while gang_status(kube.core, kube.namespace).get("late", (0, 4))[0] < 3:
+            assert time.monotonic() < deadline, f"the late gang's members never bound\n{stack.tail_logs(30)}"
             time.sleep(0.05)
         a.kill()  # SIGKILL the leader with gangs partly bound: no release, the Lease must expire
         killed = time.monotonic()
@@ -129,6 +132,7 @@ def test_standby_takes_over_when_the_leader_is_killed_mid_burst(kube):
             assert b.alive() and time.monotonic() - killed < 30, f"standby never took over\n{stack.tail_logs(30)}"
             time.sleep(0.05)
         take_over = time.monotonic() - killed
+        kube.core.create_namespaced_pod(kube.namespace, late[3])  # the new leader completes the late gang
         try:
             status = wait_settled(kube, stack, timeout=150)
         except AssertionError as exc:  # what the new leader holds, for the failure message
@@ -141,7 +145,7 @@ def test_standby_takes_over_when_the_leader_is_killed_mid_burst(kube):
         assert proxy.ready == [("127.0.0.1", b.port)] and proxy.connections[("127.0.0.1", b.port)] > 0
         # every gang partly bound when the leader died was completed by the new leader, or rolled back whole
         completed = {name for name in at_kill if status[name][0] == status[name][1]}
-        assert all(name in completed or status[name][0] == 0 for name in at_kill), (at_kill, status)
+        assert "late" in at_kill and all(name in completed or status[name][0] == 0 for name in at_kill), (at_kill, status)
         assert 0 < len(whole(status)) < len(shapes)
         # take-over: lease duration (4 s) after the last renew, plus a retry period, plus the re-list
         assert take_over < 4 + 2 * 1 + 5, take_over

@@ -218,11 +218,12 @@ class ClusterTopology:
         return slots
 
     def hosts_by_free(self) -> HostsByFree:
-        """Hosts grouped by free GPUs, kept up to date on every change (read-only)."""
+        """Hosts grouped by free GPUs, brought up to date when asked for (read-only)."""
         tree = self._level_tree()
+        node_free = self.free_arrays()[0]
         hosts = getattr(self, "_hosts_by_free", None)
-        if hosts is None or hosts.tree is not tree:
-            hosts = self._hosts_by_free = HostsByFree(tree, self.free_arrays()[0], self._node_totals())
+        if hosts is None or hosts.tree is not tree or not hosts.catch_up(node_free):
+            hosts = self._hosts_by_free = HostsByFree(tree, node_free, self._node_totals(), self._slot_log)
         return hosts
 
     def _level_tree(self) -> LevelTree:
@@ -249,11 +250,8 @@ class ClusterTopology:
             nodes[node.index] += change
             for domain_id in node.path:
                 domains[domain_id] += change
-        if getattr(self, "_pod_slots", None):
+        if getattr(self, "_pod_slots", None) or getattr(self, "_hosts_by_free", None) is not None:
             self._slot_log.record(node.index)
-        hosts = getattr(self, "_hosts_by_free", None)
-        if hosts is not None and not hosts.moved(node.index, node.gpus_free - change, node.gpus_free):
-            self._hosts_by_free = None
 
     def _adjust(self, node: Node, used_delta: int) -> None:
         before = node.gpus_free

@@ -129,13 +129,15 @@ class PodSlots:
 
 
 class HostsByFree:
-    """Hosts grouped by their free GPUs (updated on every change): best-fit and roomiest hosts for one pod.
+    """Hosts grouped by their free GPUs: best-fit and roomiest hosts for one pod of any size.
 
-    Each group is a Python integer used as a bit set over host positions (ascending host domain id), so a
-    change is two bit flips and the lowest / highest host of a group is one bit operation."""
+    Each group is a Python integer used as a bit set over host positions (ascending host domain id), so moving a
+    host is two bit flips and the lowest / highest host of a group is one bit operation.  Changes are replayed
+    from the topology's `SlotLog` when the index is next read, each changed node once."""
 
-    def __init__(self, tree: LevelTree, node_free: np.ndarray, node_total: np.ndarray) -> None:
+    def __init__(self, tree: LevelTree, node_free: np.ndarray, node_total: np.ndarray, log: SlotLog) -> None:
         self.tree = tree
+        self.log = log
         positions = tree.host_position
         self.position: list[int] = positions.tolist()
         self.one_node_per_host = bool(positions.size == tree.level_ids[-1].size) if tree.level_ids else False
@@ -143,19 +145,30 @@ class HostsByFree:
         node_of_position[positions] = np.arange(positions.size)
         self.node_of_position: list[int] = node_of_position.tolist()
         self.most_free = max(int(node_total.max()), int(node_free.max())) if node_free.size else 0
+        self.free_of: list[int] = node_free.tolist()
+        """Free GPUs of every node as this index last saw them."""
         self.hosts_with = [0] * (self.most_free + 1)
         """`hosts_with[f]`: bit p is set when the host at position p has exactly f free GPUs."""
-        for position, free in zip(self.position, node_free.tolist()):
+        for position, free in zip(self.position, self.free_of):
             self.hosts_with[free] |= 1 << position
+        self.seen, self.generation = len(log.changed), log.generation
 
-    def moved(self, node: int, before: int, after: int) -> bool:
-        """Record node `node` going from `before` to `after` free GPUs; False if the index must be rebuilt."""
-        if after > self.most_free or before > self.most_free:
+    def catch_up(self, node_free: np.ndarray) -> bool:
+        """Apply the changes logged since the last call; False if the index must be rebuilt instead."""
+        changed = self.log.changed
+        if self.generation != self.log.generation:
             return False
-        bit = 1 << self.position[node]
-        hosts = self.hosts_with
-        hosts[before] &= ~bit
-        hosts[after] |= bit
+        pending, self.seen = changed[self.seen:], len(changed)
+        hosts, free_of, position = self.hosts_with, self.free_of, self.position
+        for node in dict.fromkeys(pending):
+            before, after = free_of[node], int(node_free[node])
+            if after > self.most_free:
+                return False
+            if before != after:
+                bit = 1 << position[node]
+                hosts[before] &= ~bit
+                hosts[after] |= bit
+                free_of[node] = after
         return True
 
     def _holding(self, gpus: int, slots: int) -> int:

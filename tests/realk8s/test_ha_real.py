@@ -142,7 +142,9 @@ def test_standby_takes_over_when_the_leader_is_killed_mid_burst(kube):
 
         lease = CoordinationV1Api(kube.api_client).read_namespaced_lease("meshfit", kube.namespace)
         assert lease.spec.holder_identity == "replica-b" and lease.spec.lease_transitions == 1
-        assert proxy.ready == [("127.0.0.1", b.port)] and proxy.connections[("127.0.0.1", b.port)] > 0
+        assert proxy.ready == [("127.0.0.1", b.port)]
+        assert get(f"{proxy.url}/readyz")[0] == 200  # what kube-scheduler reaches now is the new leader
+        assert proxy.connections[("127.0.0.1", b.port)] > 0
         # every gang partly bound when the leader died was completed by the new leader, or rolled back whole
         completed = {name for name in at_kill if status[name][0] == status[name][1]}
         assert "late" in at_kill and all(name in completed or status[name][0] == 0 for name in at_kill), (at_kill, status)

@@ -77,6 +77,8 @@ class PodSlots:
         self.log = log
         self.max_slots = 0
         """Upper bound on the slots of any one node."""
+        self.only_on_free_nodes = False
+        """True when a pod needs a whole node's GPUs: every slot then lies on a fully free node."""
         self.recompute(node_free)
 
     @property
@@ -88,6 +90,7 @@ class PodSlots:
         """Recompute every count from the free GPUs per node (and skip the log so far)."""
         most = max(int(self.node_total.max()), int(node_free.max())) if node_free.size else 0
         self.max_slots = most // self.gpus
+        self.only_on_free_nodes = bool(node_free.size) and self.gpus >= most
         self.node = node_free // self.gpus
         self.domain = self.tree.sums(self.node)
         self.total = int(self.node.sum())

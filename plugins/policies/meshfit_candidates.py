@@ -110,8 +110,8 @@ class DomainFloors:
 
     def __init__(self, topo: ClusterTopology, view: SlotView, pods: int) -> None:
         self.topo, self.view, self.pods = topo, view, pods
-        self.level_max: dict[int, int] = {}
         self.costs: dict[tuple[int, int], float] = {}
+        self.deepest: dict[int, int] = {}
         self._fully_free: list[bool] | None = None
 
     @property
@@ -121,19 +121,17 @@ class DomainFloors:
             self._fully_free = fully_free_domains(self.topo)
         return self._fully_free
 
-    def most_slots_at(self, level: int) -> int:
-        """The most slots any one domain of `level` has (cached per view)."""
-        if level not in self.level_max:
-            ids = self.view.tree.level_domains[level]
-            self.level_max[level] = int(self.view.domain_slots[ids].max()) if ids.size else 0
-        return self.level_max[level]
-
     def deepest_level_holding(self, pods: int) -> int:
         """The deepest level with a domain that has room for `pods` of the gang's pods (-1: only the cluster)."""
-        for level in range(self.view.tree.levels - 1, -1, -1):
-            if self.most_slots_at(level) >= pods:
-                return level
-        return ROOT
+        found = self.deepest.get(pods)
+        if found is None:
+            found = ROOT
+            for level in range(self.view.tree.levels - 1, -1, -1):
+                if self.view.may_hold_at(level, pods):
+                    found = level
+                    break
+            self.deepest[pods] = found
+        return found
 
     def cost(self, pricer: LayoutPricer, domain: int) -> float:
         """Floor on the step seconds of any layout inside `domain` under `pricer`'s rank order."""
@@ -151,20 +149,21 @@ class DomainFloors:
         return self.broken(domain, level), -level, view.slots(domain) - self.pods
 
     def broken(self, domain: int, level: int) -> int:
-        """Whole domains any layout of the gang inside `domain` must start using (a lower bound)."""
+        """Whole domains any layout of the gang inside `domain` must start using (a lower bound): the domain and
+        its ancestors when fully free, plus the fully free hosts needed for the pods that partly used hosts
+        cannot take."""
         view, topo = self.view, self.topo
         ancestors = 0
         if domain != ROOT:
-            fully_free = self.fully_free
-            ancestors = sum(1 for d in view.tree.ancestors[domain, : level + 1].tolist() if fully_free[d])
+            free, total = topo.free_arrays()[1], domain_totals(topo)
+            ancestors = sum(1 for d in view.tree.ancestors[domain, : level + 1].tolist() if free[d] == total[d])
         kept = view.kept
         if kept is None or level == view.tree.levels - 1 or kept.max_slots <= 0:
             return ancestors
-        if domain == ROOT:
-            roots = view.tree.root_children
-            on_whole_hosts = int(kept.whole[roots].sum())
-        else:
-            on_whole_hosts = int(kept.whole[domain])
-        on_partial_hosts = view.slots(domain) - on_whole_hosts
+        on_partial_hosts = 0
+        if not kept.only_on_free_nodes:  # else every slot lies on a fully free node
+            whole = kept.whole
+            on_whole_hosts = int(whole[view.tree.root_children].sum()) if domain == ROOT else int(whole[domain])
+            on_partial_hosts = view.slots(domain) - on_whole_hosts
         unavoidable = self.pods - on_partial_hosts
         return ancestors + (math.ceil(unavoidable / kept.max_slots) if unavoidable > 0 else 0)

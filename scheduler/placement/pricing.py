@@ -171,7 +171,7 @@ def tier_seconds(geo: _Geometry, traffic: AxisTraffic, ranks: int) -> np.ndarray
     return table
 
 
-def _floor_terms(pricer: LayoutPricer) -> list[tuple[int, np.ndarray, float] | float]:
+def _floor_terms(pricer: LayoutPricer) -> list[tuple[int, list[float], float] | float]:
     """Per axis: its exact seconds when every group sits inside one pod, else (fewest distinct pods per group,
     least seconds per call by common level + 1, calls per step); cached on the pricer."""
     terms = pricer.__dict__.get("_floor_terms")
@@ -185,7 +185,7 @@ def _floor_terms(pricer: LayoutPricer) -> list[tuple[int, np.ndarray, float] | f
                 terms.append(pricer._inside_pods[axis][0])
                 continue
             members = min(np.unique(row).size for row in groups.pods)
-            terms.append((members, tier_seconds(pricer.geo, traffic, groups.ranks), traffic.calls_per_step))
+            terms.append((members, tier_seconds(pricer.geo, traffic, groups.ranks).tolist(), traffic.calls_per_step))
         pricer.__dict__["_floor_terms"] = terms
     return terms
 
@@ -203,5 +203,5 @@ def floor_seconds(pricer: LayoutPricer, outer_level: int, deepest_level_holding:
             continue
         members, seconds, calls = term
         deepest = max(deepest_level_holding(members), outer_level)
-        total += float(seconds[outer_level + 1: deepest + 2].min()) * calls
+        total += min(seconds[outer_level + 1: deepest + 2]) * calls
     return total * (1.0 - FLOOR_SLACK)

@@ -19,7 +19,8 @@ import numpy as np
 
 from plugins.policies.kueue_slices import assign_slices
 from plugins.policies.meshfit_candidates import (
-    RELATIVE_TIE, Candidate, DomainFloors, cannot_beat, clearly_costlier, costs_differ, whole_domains_broken,
+    RELATIVE_TIE, Candidate, DomainFloors, cannot_beat, clearly_costlier, costs_differ, domain_totals,
+    whole_domains_broken,
 )
 from plugins.policies.meshfit_search import (
     BALANCE, PACK, ROOT, SPREAD, SlotView, candidate_domains, fill_domain, pod_axis_grid, pod_sequence, slot_view,
@@ -109,9 +110,15 @@ class MeshfitPolicy:
         if one_pod_seconds(pricer, nodes[0]) > floor:
             return None
         paths = tree_index(topo).path_lists
+        free, total = topo.free_arrays()[1], domain_totals(topo)
         best, best_tie = nodes[0], None
         for node, node_slots in zip(nodes, slots):
-            tie = (whole_domains_broken(topo, paths, [node]), node_slots - 1)
+            broken = 0  # fully free domains on the node's path: the host and up to the first domain in use
+            for domain in reversed(paths[node]):
+                if free[domain] != total[domain]:
+                    break
+                broken += 1
+            tie = (broken, node_slots - 1)
             if best_tie is None or tie < best_tie:
                 best, best_tie = node, tie
         return Assignment((best,), None, order)

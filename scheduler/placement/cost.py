@@ -291,6 +291,9 @@ def shared_pricer(gang: Gang, topo: ClusterTopology, rank_order: str) -> LayoutP
     topology's geometry: prices depend only on the shape, the layout and the static links, so layouts priced
     for one gang are remembered for the next gang of the same shape (and by `estimate_cost`)."""
     geo = geometry(topo)
+    last = geo.__dict__.get("last_pricer")
+    if last is not None and last[0] is gang and last[1] == rank_order:
+        return last[2]  # the engine prices the gang a policy just placed: skip hashing its shape again
     cache = geo.__dict__.setdefault("shared_pricers", {})
     key = (gang.parallelism, gang.model, gang.gpus_per_pod, rank_order)
     pricer = cache.get(key)
@@ -299,6 +302,7 @@ def shared_pricer(gang: Gang, topo: ClusterTopology, rank_order: str) -> LayoutP
     elif len(pricer._memo) > MEMO_LIMIT or len(pricer._reports) > MEMO_LIMIT:
         pricer._memo.clear()
         pricer._reports.clear()
+    geo.__dict__["last_pricer"] = (gang, rank_order, pricer)
     return pricer
 
 

@@ -80,17 +80,13 @@ class MeshfitPolicy:
         pods = len(plans[0][0])
         level = view.tree.level_of(domain)
         leftover = view.slots(domain) - pods
-        layouts = []
-        for sequence, blocks, strategy in plans:
-            pod_nodes = np.empty(pods, dtype=np.int64)
-            pod_nodes[sequence] = fill_domain(view, domain, pods, blocks, strategy)
-            if slices is None or slices.kept(pod_nodes):
-                layouts.append(pod_nodes)
+        layouts = domain_layouts(view, domain, plans, slices)
         for pod_nodes, cost in zip(layouts, layout_costs(pricer, layouts)):
             if best is not None and clearly_costlier(cost, best.cost):
                 continue  # cannot win even on tie-breaks: skip pricing its fragmentation
-            fully_free = floors.fully_free if floors is not None else None
-            tie = (whole_domains_broken(topo, view.tree.path_lists, pod_nodes, fully_free), -level, leftover)
+            broken = floors.layout_broken(pod_nodes) if floors is not None else \
+                whole_domains_broken(topo, view.tree.path_lists, pod_nodes)
+            tie = (broken, -level, leftover)
             candidate = Candidate(tuple(pod_nodes.tolist()), order, cost, tie)
             if candidate.beats(best):
                 best = candidate
@@ -169,21 +165,54 @@ class MeshfitPolicy:
     def _search(self, gang: Gang, topo: ClusterTopology, view: SlotView, domains: list[int],
                 pricers: list[LayoutPricer], orders: tuple[str, ...], floor: float,
                 slices: "SliceCheck | None") -> Candidate | None:
-        """The cheapest layout over candidate domains (deepest level first) x rank orders x plans."""
+        """The cheapest layout over candidate domains (deepest level first) x rank orders x plans.
+
+        Once a first candidate is known, every later step its floors do not rule out is filled and priced in one
+        call per rank order (the prices are remembered); each step is then decided in order exactly as without."""
         strategies = (PACK, BALANCE, SPREAD) if view.tree.oversubscribed else (PACK,)
         plans = [search_plans(gang, pricer, order, strategies) for pricer, order in zip(pricers, orders)]
         floors = DomainFloors(topo, view, len(gang.pods))
+        levels = sorted({view.tree.level_of(d) for d in domains}, reverse=True)
+        steps = [(level, domain, pricer, order, order_plans) for level in levels
+                 for domain in domains if view.tree.level_of(domain) == level
+                 for pricer, order, order_plans in zip(pricers, orders, plans)]
         best: Candidate | None = None
-        for level in sorted({view.tree.level_of(d) for d in domains}, reverse=True):
-            for domain in (d for d in domains if view.tree.level_of(d) == level):
-                for pricer, order, order_plans in zip(pricers, orders, plans):
-                    if self.prune and best is not None and \
-                            cannot_beat(floors.cost(pricer, domain), lambda: floors.tie(domain), best):
-                        continue
-                    best = self._price_domain(topo, view, domain, pricer, order, order_plans, best, slices, floors)
-            if best is not None and best.cost <= floor:
-                break
+        prefetched = False
+        for position, (level, domain, pricer, order, order_plans) in enumerate(steps):
+            if best is not None and best.cost <= floor and level != steps[position - 1][0]:
+                break  # the previous level reached the lower bound
+            if self.prune and best is not None and \
+                    cannot_beat(floors.cost(pricer, domain), lambda: floors.tie(domain), best):
+                continue
+            if best is not None and not prefetched:
+                prefetched = True
+                self._prefetch(view, steps[position:], floors, best, slices)
+            best = self._price_domain(topo, view, domain, pricer, order, order_plans, best, slices, floors)
         return best
+
+    def _prefetch(self, view: SlotView, steps: list, floors: DomainFloors, best: Candidate,
+                  slices: "SliceCheck | None") -> None:
+        """Fill the layouts of the steps the floors do not rule out now and price them, one call per pricer."""
+        by_pricer: dict[int, tuple[LayoutPricer, list[np.ndarray]]] = {}
+        for _, domain, pricer, _, order_plans in steps:
+            if self.prune and cannot_beat(floors.cost(pricer, domain), lambda: floors.tie(domain), best):
+                continue
+            by_pricer.setdefault(id(pricer), (pricer, []))[1].extend(domain_layouts(view, domain, order_plans, slices))
+        for pricer, layouts in by_pricer.values():
+            layout_costs(pricer, layouts)
+
+
+def domain_layouts(view: SlotView, domain: int, plans: list[tuple[np.ndarray, list[int], str]],
+                   slices: "SliceCheck | None") -> list[np.ndarray]:
+    """The layout (node per pod) of every plan inside `domain`, except those splitting a Kueue slice."""
+    pods = len(plans[0][0])
+    layouts = []
+    for sequence, blocks, strategy in plans:
+        pod_nodes = np.empty(pods, dtype=np.int64)
+        pod_nodes[sequence] = fill_domain(view, domain, pods, blocks, strategy)
+        if slices is None or slices.kept(pod_nodes):
+            layouts.append(pod_nodes)
+    return layouts
 
 
 def layout_costs(pricer: LayoutPricer, layouts: list[np.ndarray]) -> list[float]:

@@ -112,6 +112,7 @@ class DomainFloors:
         self.topo, self.view, self.pods = topo, view, pods
         self.costs: dict[tuple[int, int], float] = {}
         self.deepest: dict[int, int] = {}
+        self.broken_by_layout: dict[bytes, int] = {}
         self._fully_free: list[bool] | None = None
 
     @property
@@ -120,6 +121,15 @@ class DomainFloors:
         if self._fully_free is None:
             self._fully_free = fully_free_domains(self.topo)
         return self._fully_free
+
+    def layout_broken(self, pod_nodes: np.ndarray) -> int:
+        """`whole_domains_broken` of one layout, remembered per layout for this placement."""
+        key = pod_nodes.tobytes()
+        found = self.broken_by_layout.get(key)
+        if found is None:
+            found = self.broken_by_layout[key] = whole_domains_broken(self.topo, self.view.tree.path_lists,
+                                                                      pod_nodes, self.fully_free)
+        return found
 
     def deepest_level_holding(self, pods: int) -> int:
         """The deepest level with a domain that has room for `pods` of the gang's pods (-1: only the cluster)."""

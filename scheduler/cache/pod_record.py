@@ -38,6 +38,8 @@ class PodRecord:
     """Spare pod slots its gang asks for (`meshfit.io/spares`; see `scheduler.gangs.spares`)."""
     preemption_policy: str = ""
     """`spec.preemptionPolicy` ("Never": its gang never preempts others)."""
+    owner: Any = None
+    """Its controller's ownerReference (`apiVersion`, `kind`, `name`, `uid`), else itself as one (bare pods)."""
     terminating: bool = False
     """`metadata.deletionTimestamp` is set: the pod is going (evicted, deleted); it still holds its node."""
     needs: Any = None

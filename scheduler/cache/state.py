@@ -49,6 +49,16 @@ MAX_REQUEST_ONLY_PODS = 20_000
 """Pods known only from request bodies kept at most (a forged-body flood cannot grow memory without end)."""
 
 
+def _controller_of(pod: dict, name: str, uid: str) -> dict[str, str] | None:
+    """The pod's controller ownerReference as {apiVersion, kind, name, uid}; the pod itself when it has none."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("uid"):
+            return {k: str(ref.get(k) or "") for k in ("apiVersion", "kind", "name", "uid")}
+    if not uid or uid == name or "/" in uid:  # no real uid (a request body): no owner
+        return None
+    return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}
+
+
 def _meta(obj: dict) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
@@ -217,7 +227,8 @@ class ClusterState(GangObjectsMixin):
             return PodRecord(uid, namespace, name, known.gpus, node, phase, known.member,
                              known.member_error, fingerprint, known.given if node else None, priority, nominated,
                              known.cached_signature, scheduler_name=known.scheduler_name, spares=known.spares,
-                             preemption_policy=known.preemption_policy, terminating=terminating, needs=known.needs)
+                             preemption_policy=known.preemption_policy, terminating=terminating, needs=known.needs,
+                             owner=known.owner)
         try:
             gpus = pod_gpu_request(pod, self.config.gpu_resources)
         except TopologyError:
@@ -235,7 +246,7 @@ class ClusterState(GangObjectsMixin):
         given = given_from_annotations((pod.get("metadata") or {}).get("annotations"), name) \
             if node and member is not None else None
         record = PodRecord(uid, namespace, name, gpus, node, phase, member, error, fingerprint, given, priority, nominated,
-                           spares=spares, terminating=terminating)
+                           spares=spares, terminating=terminating, owner=_controller_of(pod, name, uid))
         if self.needs_of is not None:
             try:
                 record.needs = self.needs_of(pod)

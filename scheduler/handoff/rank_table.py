@@ -60,17 +60,23 @@ def rank_table_document(placement: Placement, master_addr: str, master_port: int
 
 
 def rank_table_configmap(placement: Placement, master_addr: str, master_port: int = DEFAULT_MASTER_PORT,
-                         bound_pods: set[int] | None = None, elastic: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """The v1 ConfigMap carrying the gang's rank table (labelled with the gang for lookup)."""
+                         bound_pods: set[int] | None = None, elastic: Mapping[str, int] | None = None,
+                         owner: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The v1 ConfigMap carrying the gang's rank table (labelled with the gang for lookup).
+
+    `owner` (`apiVersion`, `kind`, `name`, `uid` of the gang's controller, e.g. its Job or PyTorchJob) becomes the
+    ConfigMap's ownerReference, so the garbage collector deletes the table with the job (not a controller
+    reference, and no blockOwnerDeletion: meshfit needs no permission on the owner)."""
     gang = placement.gang
     document = rank_table_document(placement, master_addr, master_port, bound_pods, elastic)
-    return {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": configmap_name(gang.name), "namespace": gang.namespace,
-                     "labels": {"app.kubernetes.io/managed-by": "meshfit", "meshfit.io/gang-name": gang.name[:63]},
-                     "annotations": {ANNOTATION_GANG: gang.key, ANNOTATION_RANK_ORDER: placement.rank_order}},
-        "data": {RANK_TABLE_KEY: encode_rank_table(document)},
-    }
+    metadata: dict[str, Any] = {
+        "name": configmap_name(gang.name), "namespace": gang.namespace,
+        "labels": {"app.kubernetes.io/managed-by": "meshfit", "meshfit.io/gang-name": gang.name[:63]},
+        "annotations": {ANNOTATION_GANG: gang.key, ANNOTATION_RANK_ORDER: placement.rank_order}}
+    if owner and all(owner.get(k) for k in ("apiVersion", "kind", "name", "uid")):
+        metadata["ownerReferences"] = [{k: owner[k] for k in ("apiVersion", "kind", "name", "uid")}]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
+            "data": {RANK_TABLE_KEY: encode_rank_table(document)}}
 
 
 def encode_rank_table(document: dict[str, Any]) -> str:

@@ -147,7 +147,11 @@ class RankTableTracker:
             if entry is None or entry.status != STATUS_BOUND:
                 return None
             bound = {index for index, slot in entry.slots.items() if slot.state == SLOT_BOUND}
-            return reservation_placement(entry), master_address(entry), bound, self.elastic_of(entry)
+            members = sorted(self.state.gang_members(gang_key), key=lambda r: r.member.index)
+            owners = [r.owner for r in members if r.owner and r.owner.get("kind") != "Pod"] or \
+                     [r.owner for r in members if r.owner and r.member.index == 0]
+            return (reservation_placement(entry), master_address(entry), bound, self.elastic_of(entry),
+                    owners[0] if owners else None)
 
     def _publish_one(self, gang_key: str) -> bool:
         with self._lock:
@@ -160,8 +164,9 @@ class RankTableTracker:
                 if self.state.ledger.get(gang_key) is None:
                     self._last.pop(gang_key, None)
         if snapshot is not None:
-            placement, master, bound, elastic = snapshot
-            configmap = rank_table_configmap(placement, master, bound_pods=bound, elastic=elastic)  # off the lock
+            placement, master, bound, elastic, owner = snapshot
+            configmap = rank_table_configmap(placement, master, bound_pods=bound, elastic=elastic,  # off the lock
+                                             owner=owner)
             text = json.dumps(configmap, sort_keys=True)
             try:
                 if self._last.get(gang_key) != text:

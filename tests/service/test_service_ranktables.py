@@ -196,3 +196,28 @@ def test_shutdown_waits_for_queued_publishes():
         assert publisher.started.wait(5.0)
         threading.Timer(0.2, publisher.release.set).start()
     assert publisher.published == [(node,)]
+
+
+def test_the_table_is_owned_by_the_gangs_controller_so_it_is_deleted_with_the_job():
+    service = make_service()
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-uid-1", "controller": True}
+    pods = [gang_pod("train", i, 2) for i in range(2)]
+    for pod in pods:
+        pod["metadata"]["ownerReferences"] = [owner]
+        service.state.upsert_pod(pod)
+    for pod in pods:
+        [node] = filter_nodes(service.filter(pod))
+        assert service.bind(pod, node) == {"Error": ""}
+    refs = rank_table(service)["metadata"]["ownerReferences"]
+    assert refs == [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-uid-1"}]
+
+
+def test_a_gang_of_bare_pods_hangs_its_table_on_pod_0():
+    service = make_service()
+    pods = [gang_pod("solo", i, 2) for i in range(2)]
+    for pod in pods:
+        service.state.upsert_pod(pod)
+        [node] = filter_nodes(service.filter(pod))
+        assert service.bind(pod, node) == {"Error": ""}
+    [ref] = rank_table(service, "solo")["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"], ref["uid"]) == ("Pod", "solo-0", pods[0]["metadata"]["uid"])

@@ -270,7 +270,7 @@ def search_plans(gang: Gang, pricer: LayoutPricer, order: str,
     """(pod sequence, blocks, strategy) of every layout tried per domain, cached on the shared pricer of the shape."""
     cache = pricer.__dict__.setdefault("_search_plans", {})
     if strategies not in cache:
-        cache[strategies] = [(sequence, blocks, strategy)
+        cache[strategies] = [(sequence, tuple(blocks), strategy)
                              for sequence, blocks in layout_plans(gang, order, plan_weights(pricer))
                              for strategy in strategies]
     return cache[strategies]

@@ -46,6 +46,16 @@ class SlotView:
             cached = self.__dict__["_slot_list"] = self.domain_slots.tolist()
         return cached
 
+    def holding_kids(self, domain: int) -> tuple[list[int], list[int]]:
+        """(children with free slots in child order, their slots), cached per view (read-only)."""
+        cache = self.__dict__.setdefault("_holding_kids", {})
+        found = cache.get(domain)
+        if found is None:
+            slots = self.slot_list
+            kids = [kid for kid in self.tree.kids(domain) if slots[kid] > 0]
+            found = cache[domain] = (kids, [slots[kid] for kid in kids])
+        return found
+
     def slots(self, domain: int) -> int:
         """Pods that fit in `domain` (ROOT = the cluster)."""
         return self.total if domain == ROOT else int(self.domain_slots[domain])
@@ -273,21 +283,23 @@ def choose_children(caps: list[int], leftovers: list[int], need: int, strategy: 
     return _even(caps, [j for j in range(len(caps)) if caps[j] > 0], need)
 
 
-def _usable_blocks(blocks: list[int], pods: int) -> list[tuple[int, tuple[int, ...]]]:
-    """(block, the blocks nested inside it) for every block dividing `pods`, largest first (cached)."""
-    key = (tuple(blocks), pods)
+def _usable_blocks(blocks: tuple[int, ...], pods: int) -> tuple[list[tuple[int, tuple[int, ...]]], int]:
+    """(block, the blocks nested inside it) for every block dividing `pods`, largest first, and the smallest such
+    block above one pod (1 if none): cached per (blocks, pods)."""
+    key = (blocks, pods)
     found = _USABLE.get(key)
     if found is None:
-        found = _USABLE[key] = [(b, tuple(x for x in blocks if x <= b and b % x == 0))
-                                for b in sorted(blocks, reverse=True) if b <= pods and pods % b == 0]
+        usable = [(b, tuple(x for x in blocks if x <= b and b % x == 0))
+                  for b in sorted(blocks, reverse=True) if b <= pods and pods % b == 0]
+        found = _USABLE[key] = (usable, min((b for b in blocks if 1 < b <= pods and pods % b == 0), default=1))
     return found
 
 
-_USABLE: dict[tuple[tuple[int, ...], int], list[tuple[int, tuple[int, ...]]]] = {}
+_USABLE: dict[tuple[tuple[int, ...], int], tuple[list[tuple[int, tuple[int, ...]]], int]] = {}
 
 
 def _block_caps(view: SlotView, domain: int, kids: list[int], kid_slots: list[int], pods: int,
-                blocks: list[int]) -> tuple[int, list[int]]:
+                blocks: tuple[int, ...]) -> tuple[int, list[int]]:
     """Largest block (and per-child block capacity) covering `pods`: first with every inner block aligned too,
     then with only this block aligned, then unaligned.
 
@@ -295,45 +307,48 @@ def _block_caps(view: SlotView, domain: int, kids: list[int], kid_slots: list[in
     holds a block have none, so most blocks that cannot cover `pods` are rejected without reading the children;
     blocks of one pod need nothing but the children's slots."""
     kid_level = view.tree.level_of(domain) + 1
-    for block, nested in _usable_blocks(blocks, pods):
+    usable = _usable_blocks(blocks, pods)[0]
+    for block, nested in usable:
         if nested == (1,) and sum(kid_slots) >= pods:
             return 1, kid_slots  # one-pod blocks: the caps are the slots, and the children hold the domain's pods
-        caps_array, deepest = view.nested_entry(nested)
         need = pods // block
+        if sum(slot // block for slot in kid_slots) < need:
+            continue  # no child holds more aligned blocks than its slots hold blocks
+        caps_array, deepest = view.nested_entry(nested)
         if kid_level > deepest or (domain != ROOT and caps_array[domain] < need):
             continue
         caps = caps_array[kids].tolist()
         if sum(caps) >= need:
             return block, caps
     for caps_of in (view.aligned_caps, lambda b: view.domain_slots // b):
-        for block, _ in _usable_blocks(blocks, pods):
+        for block, _ in usable:
             caps = caps_of(block)[kids].tolist()
             if sum(caps) >= pods // block:
                 return block, caps
     return 1, list(kid_slots)
 
 
-def fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strategy: str = PACK) -> list[int]:
+def fill_domain(view: SlotView, domain: int, pods: int, blocks: tuple[int, ...] | list[int],
+                strategy: str = PACK) -> list[int]:
     """Node index for each of `pods` consecutive sequence positions inside `domain`, aligned to blocks (memoised per view)."""
     memo = view.__dict__.setdefault("_fills", {})
-    key = (domain, pods, tuple(blocks), strategy)
+    blocks = tuple(blocks)
+    key = (domain, pods, blocks, strategy)
     if key not in memo:
         memo[key] = _fill_domain(view, domain, pods, blocks, strategy)
     return memo[key]
 
 
-def _fill_domain(view: SlotView, domain: int, pods: int, blocks: list[int], strategy: str) -> list[int]:
+def _fill_domain(view: SlotView, domain: int, pods: int, blocks: tuple[int, ...], strategy: str) -> list[int]:
     tree = view.tree
     hosts = tree.host_node
     if domain in hosts:
         return [hosts[domain]] * pods
-    slots = view.slot_list
-    kids = [kid for kid in tree.kids(domain) if slots[kid] > 0]
-    kid_slots = [slots[kid] for kid in kids]
+    kids, kid_slots = view.holding_kids(domain)
     if tree.level_of(domain) == tree.levels - 2 and max(kid_slots, default=0) == 1:
         return _one_pod_per_host(tree, kids, pods)
     block, caps = _block_caps(view, domain, kids, kid_slots, pods, blocks)
-    inner_block = min((b for b in blocks if 1 < b <= pods and pods % b == 0), default=1)
+    inner_block = _usable_blocks(blocks, pods)[1]
     if block == 1 and inner_block > 1 and strategy != SPREAD and max(kid_slots, default=0) >= inner_block:
         pieces = split_blocks(kid_slots, pods, inner_block)
         if pieces is not None:

@@ -21,6 +21,8 @@ class TreeIndex:
         self.levels = len(topo.levels)
         self.paths = np.array([n.path for n in topo.nodes], dtype=np.int64).reshape(len(topo.nodes), self.levels)
         self.domain_level = np.array([d.level for d in topo.domains], dtype=np.int64)
+        self.level_list: list[int] = [d.level for d in topo.domains] + [ROOT]
+        """Level per domain id as a list, with ROOT (-1) at index -1: `level_list[ROOT]` is ROOT."""
         self.children: list[list[int]] = [list(d.children) for d in topo.domains]
         self.root_children = [d.id for d in topo.domains if d.parent is None]
         self.host_node = {d.id: d.nodes[0] for d in topo.domains if d.level == self.levels - 1}
@@ -56,7 +58,7 @@ class TreeIndex:
 
     def level_of(self, domain: int) -> int:
         """Level of a domain (-1 for ROOT)."""
-        return ROOT if domain == ROOT else int(self.domain_level[domain])
+        return self.level_list[domain]
 
 
 def tree_index(topo: ClusterTopology) -> TreeIndex:

@@ -112,6 +112,7 @@ def _source(url: Optional[str], kubeconfig: Optional[Path], context: Optional[st
 
 def _printer(output: OutputFormat, spans: bool, watching: bool) -> Callable[[list[dict]], None]:
     def show(rows: list[dict]) -> None:
+        """Print the rows as a table, or as one JSON / YAML document (a `---` between YAML ones when watching)."""
         if output == OutputFormat.table:
             console.print(gangs_table(rows, spans))
         else:

@@ -128,6 +128,7 @@ def _lookup(objects: list[dict]):
         by_plain.setdefault((str(obj.get("kind")), ns, name), obj)
 
     def lookup(kind: str, namespace: str, name: str) -> dict | None:
+        """The listed object of `group/Kind` (exact) or plain `Kind` (any group), None when absent."""
         group, plain = split_kind(kind)
         return by_key.get((kind, namespace, name)) if group is not None else by_plain.get((plain, namespace, name))
 

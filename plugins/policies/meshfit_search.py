@@ -56,6 +56,15 @@ class SlotView:
             found = cache[domain] = (kids, [slots[kid] for kid in kids])
         return found
 
+    def one_slot_hosts(self, domain: int) -> list[int] | None:
+        """The children of `domain` holding a slot when they are hosts with one free slot each, else None (cached)."""
+        cache = self.__dict__.setdefault("_one_slot_hosts", {})
+        if domain not in cache:
+            kids, kid_slots = self.holding_kids(domain) if domain not in self.tree.host_node else ([], [])
+            one = self.tree.level_of(domain) == self.tree.levels - 2 and max(kid_slots, default=0) == 1
+            cache[domain] = kids if one else None
+        return cache[domain]
+
     def slots(self, domain: int) -> int:
         """Pods that fit in `domain` (ROOT = the cluster)."""
         return self.total if domain == ROOT else int(self.domain_slots[domain])
@@ -330,8 +339,16 @@ def _block_caps(view: SlotView, domain: int, kids: list[int], kid_slots: list[in
 
 def fill_domain(view: SlotView, domain: int, pods: int, blocks: tuple[int, ...] | list[int],
                 strategy: str = PACK) -> list[int]:
-    """Node index for each of `pods` consecutive sequence positions inside `domain`, aligned to blocks (memoised per view)."""
+    """Node index for each of `pods` consecutive sequence positions inside `domain`, aligned to blocks (memoised per view;
+    read-only).  A domain whose children are hosts with one free slot each is filled the same way for any blocks and
+    strategy (`_one_pod_per_host`), so such fills are remembered per domain and pod count only."""
     memo = view.__dict__.setdefault("_fills", {})
+    one_slot_hosts = view.one_slot_hosts(domain)
+    if one_slot_hosts is not None:
+        key: tuple = (domain, pods)
+        if key not in memo:
+            memo[key] = _one_pod_per_host(view.tree, one_slot_hosts, pods)
+        return memo[key]
     blocks = tuple(blocks)
     key = (domain, pods, blocks, strategy)
     if key not in memo:
@@ -345,7 +362,7 @@ def _fill_domain(view: SlotView, domain: int, pods: int, blocks: tuple[int, ...]
     if domain in hosts:
         return [hosts[domain]] * pods
     kids, kid_slots = view.holding_kids(domain)
-    if tree.level_of(domain) == tree.levels - 2 and max(kid_slots, default=0) == 1:
+    if view.one_slot_hosts(domain) is not None:
         return _one_pod_per_host(tree, kids, pods)
     block, caps = _block_caps(view, domain, kids, kid_slots, pods, blocks)
     inner_block = _usable_blocks(blocks, pods)[1]

@@ -15,6 +15,8 @@ places every sliced gang that Kueue would place, never at a higher predicted cos
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from plugins.policies.kueue_slices import assign_slices
@@ -84,10 +86,8 @@ class MeshfitPolicy:
         for pod_nodes, cost in zip(layouts, layout_costs(pricer, layouts)):
             if best is not None and clearly_costlier(cost, best.cost):
                 continue  # cannot win even on tie-breaks: skip pricing its fragmentation
-            broken = floors.layout_broken(pod_nodes) if floors is not None else \
-                whole_domains_broken(topo, view.tree.path_lists, pod_nodes)
-            tie = (broken, -level, leftover)
-            candidate = Candidate(tuple(pod_nodes.tolist()), order, cost, tie)
+            candidate = Candidate(tuple(pod_nodes.tolist()), order, cost,
+                                  _tie_break(topo, view, floors, pod_nodes, level, leftover))
             if candidate.beats(best):
                 best = candidate
         return best
@@ -200,6 +200,16 @@ class MeshfitPolicy:
             by_pricer.setdefault(id(pricer), (pricer, []))[1].extend(domain_layouts(view, domain, order_plans, slices))
         for pricer, layouts in by_pricer.values():
             layout_costs(pricer, layouts)
+
+
+def _tie_break(topo: ClusterTopology, view: SlotView, floors: DomainFloors | None, pod_nodes: np.ndarray, level: int,
+               leftover: int) -> Callable[[], tuple[int, int, int]]:
+    """The tie-breakers of a layout filled in a domain of `level` keeping `leftover` slots, worked out when asked."""
+    def tie() -> tuple[int, int, int]:
+        broken = floors.layout_broken(pod_nodes) if floors is not None else \
+            whole_domains_broken(topo, view.tree.path_lists, pod_nodes)
+        return broken, -level, leftover
+    return tie
 
 
 def domain_layouts(view: SlotView, domain: int, plans: list[tuple[np.ndarray, list[int], str]],

@@ -12,7 +12,6 @@ construction it could not have replaced it, so the search decides exactly as wit
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -26,14 +25,25 @@ RELATIVE_TIE = 1e-9
 """Costs closer than this (relative) are equal; fragmentation decides."""
 
 
-@dataclass(frozen=True)
 class Candidate:
-    """One priced layout: pod -> node, its rank order, cost and fragmentation tie-breakers."""
+    """One priced layout: pod -> node, its rank order, cost and fragmentation tie-breakers.
 
-    pod_nodes: tuple[int, ...]
-    rank_order: str
-    cost: float
-    tie_break: tuple[int, int, int]
+    The tie-breakers may be given as a function: they are then worked out only if a comparison needs them
+    (most candidates are decided by cost alone)."""
+
+    __slots__ = ("pod_nodes", "rank_order", "cost", "_tie_break")
+
+    def __init__(self, pod_nodes: tuple[int, ...], rank_order: str, cost: float,
+                 tie_break: tuple[int, int, int] | Callable[[], tuple[int, int, int]]) -> None:
+        self.pod_nodes, self.rank_order, self.cost = pod_nodes, rank_order, cost
+        self._tie_break = tie_break
+
+    @property
+    def tie_break(self) -> tuple[int, int, int]:
+        """(whole domains broken, -level of the domain filled, slots it keeps free): smaller is better."""
+        if callable(self._tie_break):
+            self._tie_break = self._tie_break()
+        return self._tie_break
 
     def beats(self, other: "Candidate | None") -> bool:
         """True if this layout is cheaper, or as cheap and less fragmenting."""
@@ -84,20 +94,25 @@ def whole_domains_broken(topo: ClusterTopology, paths: list[list[int]], pod_node
     are the host and the ancestors above it up to the first one in use: each path is walked upwards until
     then, or until a domain another node's walk already counted (it went on from there)."""
     if fully_free is None:
-        free, total = topo.free_arrays()[1], domain_totals(topo)
-        is_free = lambda domain: free[domain] == total[domain]  # noqa: E731
-    else:
-        is_free = fully_free.__getitem__
+        fully_free = _FullyFree(topo)
     nodes = set(pod_nodes.tolist() if isinstance(pod_nodes, np.ndarray) else pod_nodes)
     counted: set[int] = set()
     for node in nodes:
-        path = paths[node]
-        for depth in range(len(path) - 1, -1, -1):
-            domain = path[depth]
-            if domain in counted or not is_free(domain):
+        for domain in reversed(paths[node]):
+            if domain in counted or not fully_free[domain]:
                 break
             counted.add(domain)
     return len(counted)
+
+
+class _FullyFree:
+    """`fully_free_domains` read domain by domain from the live arrays (for layouts of a few nodes)."""
+
+    def __init__(self, topo: ClusterTopology) -> None:
+        self.free, self.total = topo.free_arrays()[1], domain_totals(topo)
+
+    def __getitem__(self, domain: int) -> bool:
+        return bool(self.free[domain] == self.total[domain])
 
 
 def fully_free_domains(topo: ClusterTopology) -> list[bool]:

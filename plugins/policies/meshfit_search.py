@@ -11,7 +11,7 @@ the fastest tier.  Which nesting order and which domain win is decided by the co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import permutations
 
 import numpy as np
@@ -37,6 +37,8 @@ class SlotView:
     total: int
     kept: PodSlots | None = None
     """The topology's incrementally kept slots behind these arrays (None when restricted to assigned domains)."""
+    fills: dict[tuple, list[int]] = field(default_factory=dict, repr=False)
+    """`fill_domain` results of this view."""
 
     @property
     def slot_list(self) -> list[int]:
@@ -342,18 +344,21 @@ def fill_domain(view: SlotView, domain: int, pods: int, blocks: tuple[int, ...] 
     """Node index for each of `pods` consecutive sequence positions inside `domain`, aligned to blocks (memoised per view;
     read-only).  A domain whose children are hosts with one free slot each is filled the same way for any blocks and
     strategy (`_one_pod_per_host`), so such fills are remembered per domain and pod count only."""
-    memo = view.__dict__.setdefault("_fills", {})
-    one_slot_hosts = view.one_slot_hosts(domain)
-    if one_slot_hosts is not None:
-        key: tuple = (domain, pods)
-        if key not in memo:
-            memo[key] = _one_pod_per_host(view.tree, one_slot_hosts, pods)
-        return memo[key]
+    memo = view.fills
+    found = memo.get((domain, pods))  # a fill of one-slot hosts, the same for any blocks and strategy
+    if found is not None:
+        return found
     blocks = tuple(blocks)
-    key = (domain, pods, blocks, strategy)
-    if key not in memo:
-        memo[key] = _fill_domain(view, domain, pods, blocks, strategy)
-    return memo[key]
+    key: tuple = (domain, pods, blocks, strategy)
+    found = memo.get(key)
+    if found is None:
+        one_slot_hosts = view.one_slot_hosts(domain)
+        if one_slot_hosts is not None:
+            key = (domain, pods)
+            found = memo[key] = _one_pod_per_host(view.tree, one_slot_hosts, pods)
+        else:
+            found = memo[key] = _fill_domain(view, domain, pods, blocks, strategy)
+    return found
 
 
 def _fill_domain(view: SlotView, domain: int, pods: int, blocks: tuple[int, ...], strategy: str) -> list[int]:

@@ -26,8 +26,11 @@ def sync_once(state: Any, api_client: Any, resources: Iterable[WatchedResource] 
 
 def run_cache(state: Any, api_client: Any, stop_event: threading.Event | None = None,
               resources: Iterable[WatchedResource] = DEFAULT_RESOURCES, **options: Any) -> KubeCache:
-    """Sync (retrying with backoff until it succeeds or `stop_event` is set), then watch in threads."""
-    cache = KubeCache(state, api_client, resources, stop_event=stop_event, **options)
+    """Discover the served versions of drifting APIs, sync (retrying with backoff until it succeeds or `stop_event`
+    is set), then watch in threads."""
+    from scheduler.kube.discovery import discover
+
+    cache = KubeCache(state, api_client, discover(api_client, resources), stop_event=stop_event, **options)
     backoff = Backoff()
     while not cache.stop_event.is_set():
         try:

@@ -86,6 +86,8 @@ def _blocker(spec: Mapping[str, Any]) -> str:
         return "it has resource claims"
     if spec.get("schedulingGates"):
         return "it has scheduling gates"
+    if spec.get("workloadRef") or spec.get("schedulingGroup"):
+        return "it belongs to a Workload pod group: kube-scheduler's gang plugin binds the group together"
     containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
     if any(port.get("hostPort") for c in containers for port in c.get("ports") or ()):
         return "it uses host ports"

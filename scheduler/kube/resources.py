@@ -48,7 +48,11 @@ DEFAULT_RESOURCES: tuple[WatchedResource, ...] = (
     WatchedResource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
     WatchedResource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload"),
     WatchedResource("kueue.x-k8s.io", "v1alpha1", "topologies", "Topology"),
+    WatchedResource("scheduling.k8s.io", "v1alpha1", "workloads", "Workload"),
+    WatchedResource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup"),
     WatchedResource("kai.scheduler", "v1alpha1", "topologies", "Topology"),
     WatchedResource("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode"),
 )
-"""Everything meshfit reads; a custom resource whose CRD is not installed is skipped (404 tolerated)."""
+"""Everything meshfit reads; a custom resource whose CRD is not installed is skipped (404 tolerated).  The versions
+of drifting APIs (Kubernetes' Workload / PodGroup, Kueue's) are replaced by what discovery finds served
+(`scheduler.kube.discovery`)."""

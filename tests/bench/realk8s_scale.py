@@ -55,20 +55,30 @@ class BindWatch:
     def __init__(self, core: CoreV1Api, namespace: str) -> None:
         self.core, self.namespace = core, namespace
         self.bound_at: dict[str, float] = {}
+        self._stopped = False
         self._watch = watch.Watch()
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
-        try:
-            for event in self._watch.stream(self.core.list_namespaced_pod, self.namespace, timeout_seconds=7200):
-                pod = event["object"]
-                if pod.spec.node_name and pod.metadata.name not in self.bound_at:
-                    self.bound_at[pod.metadata.name] = time.time()
-        except Exception:  # noqa: BLE001 - the stream ends with the API server
-            return
+        while not self._stopped:
+            try:
+                listed = self.core.list_namespaced_pod(self.namespace)
+                for pod in listed.items:  # (re)start: whatever is bound already counts from now
+                    if pod.spec.node_name and pod.metadata.name not in self.bound_at:
+                        self.bound_at[pod.metadata.name] = time.time()
+                for event in self._watch.stream(self.core.list_namespaced_pod, self.namespace, timeout_seconds=600,
+                                                resource_version=listed.metadata.resource_version):
+                    pod = event["object"]
+                    if pod.spec.node_name and pod.metadata.name not in self.bound_at:
+                        self.bound_at[pod.metadata.name] = time.time()
+            except Exception as exc:  # noqa: BLE001 - an expired or broken watch: list again and go on
+                if not self._stopped:
+                    print(f"# pod watch of {self.namespace} restarted: {exc!r}"[:200], file=sys.stderr)
+                    time.sleep(0.2)
 
     def stop(self) -> None:
         """Stop watching."""
+        self._stopped = True
         self._watch.stop()
 
 
@@ -253,7 +263,9 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
     before = api_writes(plane)
     scheduler = run_scheduler(plane, scheduler_config(plane, qps, meshfit.url if meshfit else None), f"ks-{ns}")
     wait_quiet(watcher, settle, 1800)
-    result = {"pods": created, "bound": len(watcher.bound_at), **rate(watcher.bound_at.values())}
+    listed = sum(1 for p in core.list_namespaced_pod(ns).items if p.spec.node_name)
+    result = {"pods": created, "bound": listed, "bound_seen_by_watch": len(watcher.bound_at),
+              **rate(watcher.bound_at.values())}
     writes = diff(api_writes(plane), before)
     scheduler.stop()
     result.update({"api_writes": sum(writes.values()), "api_writes_by_kind": writes,

@@ -16,7 +16,7 @@ def test_every_group_is_declared() -> None:
     """The installed distribution declares the three groups with the extensions meshfit ships."""
     assert set(POLICIES) == {"first-fit", "meshfit", "kueue-tas", "volcano-hypernode", "random", "optimal"}
     assert set(GANG_SOURCES) == {"meshfit-label", "pytorchjob", "trainjob", "jobset", "indexed-job", "volcano",
-                                 "kueue", "coscheduling"}
+                                 "kueue", "coscheduling", "workload-api"}
     assert set(HANDOFFS) == {"pytorchjob", "jobset", "trainjob", "local"}
 
 
@@ -30,7 +30,8 @@ def test_entry_point_names_match_the_modules(group: str) -> None:
 def test_gang_sources_keep_their_order() -> None:
     """Job-level sources before group sources, whatever order the entry points come in."""
     assert [source.name for source in gang_sources()] == [
-        "meshfit-label", "pytorchjob", "trainjob", "jobset", "indexed-job", "volcano", "kueue", "coscheduling"]
+        "workload-api", "meshfit-label", "pytorchjob", "trainjob", "jobset", "indexed-job", "volcano", "kueue",
+        "coscheduling"]
     assert all(entry.name in GANG_SOURCES for entry in entry_points(group=GANG_SOURCE_GROUP))
 
 

@@ -51,6 +51,7 @@ CRD_RESOURCES = (
     Resource("kueue.x-k8s.io", "v1alpha1", "topologies", "Topology", namespaced=False),
     Resource("kai.scheduler", "v1alpha1", "topologies", "Topology", namespaced=False),
     Resource("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", namespaced=False),
+    Resource("scheduling.k8s.io", "v1alpha1", "workloads", "Workload"),
 )
 """Custom resources a test may install (all installed by default)."""
 

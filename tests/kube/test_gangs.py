@@ -44,8 +44,9 @@ PYTORCHJOB = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata":
 
 def test_registry_lists_every_source_in_priority_order():
     assert set(PRIORITY) == set(SOURCES) == {"meshfit-label", "pytorchjob", "trainjob", "jobset", "indexed-job",
-                                             "volcano", "kueue", "coscheduling"}
+                                             "volcano", "kueue", "coscheduling", "workload-api"}
     assert PRIORITY.index("pytorchjob") < PRIORITY.index("volcano") < PRIORITY.index("coscheduling")
+    assert PRIORITY[0] == "workload-api"  # a pod pointing at a Workload declares its gang before its Job does
 
 
 IDENTIFY_CASES = [

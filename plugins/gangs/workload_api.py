@@ -1,0 +1,106 @@
+"""Gang source: Kubernetes' own gang API (`scheduling.k8s.io` Workload / PodGroup, alpha since 1.35).
+
+Two shapes, one source (the served version is found by discovery, `scheduler.kube.discovery`):
+
+- 1.35, `v1alpha1`: a `Workload` lists `spec.podGroups[]` (`name`, `policy.gang.minCount` or
+  `policy.basic`); a pod points at one with `spec.workloadRef: {name, podGroup, podGroupReplicaKey?}`.
+  Pods of one replica key form one gang: `<workload>-<podGroup>[-<key>]`.
+- 1.36, `v1alpha2`: a `PodGroup` object carries `spec.schedulingPolicy.gang.minCount`; a pod points at it with
+  `spec.schedulingGroup.podGroupName`.  The gang is the PodGroup.
+
+Only `gang` groups are gangs (a `basic` group's pods are scheduled one by one).  The gang size is `minCount`;
+a pod's index comes from `meshfit.io/pod-index`, else the Job completion index.  The Python client has no
+typed field for these yet: pods are read as raw JSON.  With kube-scheduler's in-tree `GangScheduling` plugin on,
+kube-scheduler holds the members at Permit and binds them together; meshfit filters and scores them (topology
+and ranks) and leaves their binding to kube-scheduler (`scheduler.kube.node_fit` marks them so).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from plugins.gangs.base import (
+    COMPLETION_INDEX, GangMembership, Lookup, explicit_index, lookup_kind, namespace_of, optional_count, pod_label,
+    resolve_membership,
+)
+from scheduler.placement.jobs import MAX_GANG_PODS, JobSpecError
+
+NAME = "workload-api"
+GROUP = "scheduling.k8s.io"
+
+
+def _spec(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _min_count(policy: Any, where: str) -> int | None:
+    """`policy.gang.minCount` (None for a `basic` policy); JobSpecError when a gang policy has no valid count."""
+    if not isinstance(policy, Mapping) or "gang" not in policy:
+        return None
+    count = (policy.get("gang") or {}).get("minCount")
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_GANG_PODS:
+        raise JobSpecError(f"{where}: gang policy minCount must be an integer from 1 to {MAX_GANG_PODS}, got {count!r}")
+    return count
+
+
+def _index(pod: dict, where: str) -> int:
+    index = explicit_index(pod, where)
+    if index is None:
+        index = optional_count(pod, COMPLETION_INDEX, where)
+    if index is None:
+        raise JobSpecError(f"{where}: a Workload pod group member needs an index: set meshfit.io/pod-index "
+                           f"(an Indexed Job's pods have one)")
+    return index
+
+
+class WorkloadApiSource:
+    """Members of a `Workload` pod group (v1alpha1) or a `PodGroup` (v1alpha2) with a gang policy."""
+
+    name = NAME
+    priority = 5
+    """Asked first: a pod that points at a Workload declares its gang explicitly (its Job is only the runtime)."""
+
+    def identify(self, pod: dict, lookup: Lookup) -> GangMembership | None:
+        """Membership for pods with `spec.workloadRef` or `spec.schedulingGroup`; None otherwise."""
+        spec = _spec(pod)
+        ref, group = spec.get("workloadRef"), spec.get("schedulingGroup")
+        if isinstance(ref, Mapping) and ref.get("name"):
+            return self._from_workload(pod, ref, lookup)
+        if isinstance(group, Mapping) and group.get("podGroupName"):
+            return self._from_pod_group(pod, str(group["podGroupName"]), lookup)
+        return None
+
+    def _from_workload(self, pod: dict, ref: Mapping[str, Any], lookup: Lookup) -> GangMembership | None:
+        where, namespace = pod_label(pod), namespace_of(pod)
+        workload = lookup_kind(lookup, "Workload", GROUP, namespace, str(ref["name"]))
+        if workload is None:
+            raise JobSpecError(f"{where}: Workload {namespace}/{ref['name']} (spec.workloadRef) is not known yet")
+        group_name = str(ref.get("podGroup") or "")
+        groups = [g for g in _spec(workload).get("podGroups") or () if isinstance(g, Mapping)]
+        found = next((g for g in groups if g.get("name") == group_name), None)
+        if found is None:
+            raise JobSpecError(f"{where}: Workload {namespace}/{ref['name']} has no pod group {group_name!r}")
+        size = _min_count(found.get("policy"), f"{where}: Workload {ref['name']} pod group {group_name}")
+        if size is None:
+            return None  # a basic group: its pods are scheduled one by one
+        key = str(ref.get("podGroupReplicaKey") or "")
+        gang = f"{ref['name']}-{group_name}" + (f"-{key}" if key else "")
+        return resolve_membership(pod, lookup, source=NAME, gang_name=gang, index=_index(pod, where), size=size,
+                                  owner=workload)
+
+    def _from_pod_group(self, pod: dict, name: str, lookup: Lookup) -> GangMembership | None:
+        where, namespace = pod_label(pod), namespace_of(pod)
+        group = lookup_kind(lookup, "PodGroup", GROUP, namespace, name)
+        if group is None:
+            raise JobSpecError(f"{where}: PodGroup {namespace}/{name} (spec.schedulingGroup) is not known yet")
+        size = _min_count(_spec(group).get("schedulingPolicy"), f"{where}: PodGroup {name}")
+        if size is None:
+            return None
+        return resolve_membership(pod, lookup, source=NAME, gang_name=name, index=_index(pod, where), size=size,
+                                  owner=group)
+
+
+def factory() -> WorkloadApiSource:
+    """A new source instance."""
+    return WorkloadApiSource()

@@ -134,6 +134,16 @@ class GangLifecycle:
             self.told_gang[key] = general
             self.dispatcher.event(self.pod_ref(record), "GangWaiting", reason, EVENT_NORMAL)
 
+    def invalid(self, record: PodRecord) -> None:
+        """A pod whose gang cannot be read (a typo in a `meshfit.io/*` key, an inconsistent job): it waits, visibly --
+        a warning log line and a `GangSpecInvalid` Event, once per pod and error (the filter repeats)."""
+        if self.told.get(record.uid) == record.member_error or self.state.pods.get(record.uid) is not record:
+            return  # told already, or not a pod the state holds (a forged or stale body never causes a write)
+        self.told[record.uid] = record.member_error or ""
+        log.warning("pod %s not placed: %s", record.key, record.member_error,
+                    extra={"pod": record.key, "decision": "invalid"})
+        self.dispatcher.event(self.pod_ref(record), "GangSpecInvalid", record.member_error or "", EVENT_WARNING)
+
     def members(self, gang_key: str) -> list[PodRecord]:
         """Known members of a gang (call under the lock)."""
         return list(self.state.gang_index.get(gang_key, {}).values())

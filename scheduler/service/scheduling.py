@@ -155,6 +155,7 @@ class GangScheduler:
         self.sweep()
         record = self.state.observe_pending_pod(pod)
         if record.member_error:
+            self.lifecycle.invalid(record)
             return FilterDecision(error=record.member_error)
         if record.member is None:
             if record.gpus == 0:

@@ -289,3 +289,18 @@ def test_a_member_lost_hours_into_a_whole_gang_gets_the_full_completion_timeout(
     service.clock.advance(61.0)
     service.scheduler.tick()
     assert [c.pod.name for c in actions.of("evict")] == [pods[0]["metadata"]["name"]]  # still enforced
+
+
+def test_a_typo_in_a_meshfit_key_keeps_the_gang_waiting_visibly_once(caplog):
+    service, actions = service_with(nodes=2)
+    pod = gang_pod("g", 0, 1)
+    pod["metadata"]["annotations"]["meshfit.io/paralellism"] = "tp=8"
+    service.state.upsert_pod(pod)
+    with caplog.at_level("WARNING", logger="meshfit.gang"):
+        for _ in range(3):  # kube-scheduler retries: one Event and one log line, not three
+            reply = service.filter(pod)
+            assert "did you mean meshfit.io/parallelism" in reply["Error"]
+    events = [c for c in actions.of("event") if c.reason == "GangSpecInvalid"]
+    assert len(events) == 1 and "meshfit.io/paralellism" in events[0].detail
+    assert caplog.text.count("not placed") == 1
+    assert service.state.ledger.entries == {}

@@ -23,7 +23,7 @@ run is priced by the cost model (`scheduler.placement.result.cost.estimate_cost`
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import Any
 
 from scheduler.placement import engine
 from scheduler.gangs import spares
@@ -31,8 +31,8 @@ from scheduler.placement.cost import estimate_cost
 from simulations.config import Recovery
 from simulations.jobstate import RECOVERING, RunJob
 
-if TYPE_CHECKING:
-    from simulations.simulator import Simulator
+Simulator = Any
+"""The `simulations.simulator.Simulator` driving this (not imported: the simulator imports this module)."""
 
 SPARE_REASON = "spare"
 

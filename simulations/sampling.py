@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -11,8 +11,8 @@ from simulations.cluster import node_state, nvlink_level
 from simulations.workload import Workload
 from topology.model import ClusterTopology
 
-if TYPE_CHECKING:
-    from simulations.simulator import Simulator
+Simulator = Any
+"""The `simulations.simulator.Simulator` driving this (not imported: the simulator imports this module)."""
 
 
 def sample_interval(workload: Workload, samples: int) -> float:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import Any, Callable, Protocol
 
 from scheduler.gangs.ledger import Reservation
 
-if TYPE_CHECKING:
-    from scheduler.service.gang_lifecycle import GangLifecycle
+
+class GangLifecycle(Protocol):
+    """What the rows are read from (`scheduler.service.gang_lifecycle.GangLifecycle` provides it)."""
+
+    state: Any
+    queue: Any
+    rolling_back: dict[str, set[str]]
+    row_extras: list[Callable[[str, dict], None]]
+
+    def members(self, gang_key: str) -> list[Any]:
+        """Known members of a gang."""
+        ...
 
 
 def gang_counts(lifecycle: GangLifecycle) -> tuple[Counter, Counter]:
@@ -32,6 +42,8 @@ def gang_rows(lifecycle: GangLifecycle) -> list[dict]:
         entry = ledger.get(key)
         if entry is not None:
             row.update(pods=len(entry.gang.pods), gpus_per_pod=entry.gang.gpus_per_pod)
+            arrival = lifecycle.queue.arrivals.get(key)
+            row["arrived_at"] = arrival[1] if arrival is not None else entry.created_at
             row["state"], row["reason"] = entry_state(entry)
         if key in lifecycle.rolling_back:
             row["state"], row["reason"] = "rolling-back", "evicted members terminating; placed afresh afterwards"

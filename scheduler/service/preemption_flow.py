@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from scheduler.placement.engine import place
 from scheduler.gangs.queue import delays_head
@@ -42,8 +42,6 @@ from scheduler.cache.state import pod_holding_key
 from topology.k8s import FINISHED_PHASES
 from topology.model import TopologyError
 
-if TYPE_CHECKING:
-    from scheduler.service.scheduling import GangScheduler
 
 log = logging.getLogger("meshfit.preemption")
 
@@ -74,10 +72,11 @@ class PendingPreemption:
 
 
 class PreemptionFlow:
-    """Plans, evicts and follows whole-gang preemptions for one `GangScheduler`; see the module docstring."""
+    """Plans, evicts and follows whole-gang preemptions for one service's state and gang lifecycle; see the module
+    docstring."""
 
-    def __init__(self, scheduler: GangScheduler, enabled: bool = True) -> None:
-        self.scheduler, self.state, self.lifecycle = scheduler, scheduler.state, scheduler.lifecycle
+    def __init__(self, state: Any, lifecycle: Any, rank_tables: Any, enabled: bool = True) -> None:
+        self.state, self.lifecycle, self.rank_tables = state, lifecycle, rank_tables
         self.enabled = enabled
         self.pending: dict[str, PendingPreemption] = {}
         """Preemptor gang key -> the preemption under way."""
@@ -314,9 +313,9 @@ class PreemptionFlow:
                 entry, _ = self.lifecycle.try_reserve(record, None)  # fits now, or the unplaced hook preempts
                 reserved = entry is not None
                 if reserved:
-                    self.scheduler.rank_tables.mark_due(key)
+                    self.rank_tables.mark_due(key)
         if reserved:
-            self.scheduler.rank_tables.publish_soon([key])
+            self.rank_tables.publish_soon([key])
 
     def whole_gang_victims(self, uids: list[str], victim_pods: dict[str, dict]) -> list[str]:
         """The victims of a flat list that can go: non-gang pods, and gangs whose running pods all go."""

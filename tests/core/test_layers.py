@@ -29,3 +29,18 @@ def test_contracts_cover_the_layers() -> None:
     assert set(config["root_packages"]) == {"topology", "scheduler", "plugins", "simulations"}
     sources = {source for contract in config["contracts"] for source in contract.get("source_modules", ())}
     assert {"topology", "scheduler", "plugins"} <= sources
+
+
+def test_no_module_of_ours_imports_itself_back() -> None:
+    """No import circle anywhere in our packages, `TYPE_CHECKING` imports included (grimp sees them all)."""
+    import grimp
+    import networkx as nx
+
+    graph = grimp.build_graph("topology", "scheduler", "plugins", "simulations")
+    edges = nx.DiGraph()
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported.split(".")[0] in ("topology", "scheduler", "plugins", "simulations"):
+                edges.add_edge(module, imported)
+    cycles = list(nx.simple_cycles(edges))
+    assert not cycles, "import circles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:10])

@@ -28,6 +28,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from scheduler.placement.engine import place
+from scheduler.gangs.lifecycle import GangStateMachine, phase_of
 from scheduler.gangs.queue import GangQueue, delays_head, since_text
 from scheduler.gangs.membership import gang_from_membership
 from scheduler.placement.offered import offered_only
@@ -99,8 +100,8 @@ class GangLifecycle:
         """Called with (gang key, row) for each reserved / bound row of `GET /gangs` to add fields."""
         self.place_gang: Callable[[Any, Any, str], Placement] = place
         """`place(gang, topology, policy)` for new reservations (elastic gangs try their largest size that fits)."""
-        self.after_reserved: list[Callable[[str], Any]] = []
-        """Called with the gang key (under the lock) once a gang is (re)reserved: the direct binder starts here."""
+        self.machine = GangStateMachine()
+        """Every gang's phase and the named transitions listeners attach to (`scheduler.gangs.lifecycle`)."""
         self.leaves_to_kube: Callable[[PodRecord], bool] = lambda record: True
         """Whether kube-scheduler must bind this member (so a parked one needs a requeue); False for members
         meshfit binds itself (`scheduler.service.gang_binding`)."""
@@ -133,6 +134,18 @@ class GangLifecycle:
         if self.told_gang.get(key) != general:  # one Event per gang per change, not per member per retry
             self.told_gang[key] = general
             self.dispatcher.event(self.pod_ref(record), "GangWaiting", reason, EVENT_NORMAL)
+
+    def observe(self, key: str) -> str | None:
+        """Record the gang's phase in the state machine (its listeners run for the transition taken)."""
+        phase = phase_of(self.state.ledger.get(key), key in self.rolling_back, key in self.queue.entries)
+        return self.machine.observe(key, phase)
+
+    def observe_all(self) -> None:
+        """`observe` every gang the ledger, the queue, a rollback or the machine knows (the periodic pass)."""
+        keys = set(self.state.ledger.entries) | set(self.queue.entries) | set(self.rolling_back) | set(
+            self.machine.phases)
+        for key in sorted(keys):
+            self.observe(key)
 
     def invalid(self, record: PodRecord) -> None:
         """A pod whose gang cannot be read (a typo in a `meshfit.io/*` key, an inconsistent job): it waits, visibly --
@@ -178,14 +191,14 @@ class GangLifecycle:
             parked = record.uid in self.turned_away or (by is None and record.uid not in self.seen)
             if parked and (by is None or record.uid != by.uid) and self.leaves_to_kube(record):  # refused before,
                 self._requeue(record, entry.node_of(record.member.index))  # or never asked about: it may be parked
-        for hook in self.after_reserved:
-            hook(entry.gang_key)
+        self.observe(entry.gang_key)
 
     def completed(self, entry: Reservation) -> None:
         """Every member is bound: log and tell the pods, once per time the gang becomes whole."""
         if entry.announced_bound:
             return
         entry.announced_bound = True
+        self.observe(entry.gang_key)
         self._observe(entry.gang_key, "bound")
         message = f"gang {entry.gang_key}: all {len(entry.gang.pods)} pods bound"
         log.info(message, extra={"gang": entry.gang_key, "decision": "bound"})
@@ -239,6 +252,7 @@ class GangLifecycle:
         if self.queue.entries and (capacity != self._last_capacity or now - self._last_pass > 10.0):
             self._last_capacity, self._last_pass = capacity, now
             self.admit_waiting()
+        self.observe_all()
 
     def _enqueue_pending_from_watch(self, now: float) -> None:
         """Queue the pending gangs of meshfit's scheduler profile the API server reports that kube-scheduler has
@@ -339,6 +353,7 @@ class GangLifecycle:
         self.state.ledger.unreserve(key)
         if evicted:
             self.rolling_back[key] = evicted
+        self.observe(key)
 
     def _requeue_overdue(self, entry: Reservation, now: float) -> None:
         for record in self.members(entry.gang_key):

@@ -11,7 +11,7 @@ import logging
 from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from scheduler.placement.capacity import domain_pod_slots
@@ -122,6 +122,22 @@ class GcPauseCollector(Collector):
         yield family
 
 
+class TransitionCollector:
+    """`meshfit_gang_transitions_total{transition}` from the gang state machine (`scheduler.gangs.lifecycle`)."""
+
+    def __init__(self, machine) -> None:
+        self.machine = machine
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        """One sample per transition name taken so far (`unexpected` included: should stay absent)."""
+        family = CounterMetricFamily("meshfit_gang_transitions", "Gang state-machine transitions, by name "
+                                     "(queued, reserved, binding, bound, member-lost, repaired, rolled-back, "
+                                     "re-placed, released, finished; unexpected = a bug).", labels=["transition"])
+        for name, count in sorted(dict(self.machine.counts).items()):
+            family.add_metric([name], count)
+        yield family
+
+
 class ServiceMetrics:
     """Every metric of one service instance and its registry."""
 
@@ -167,6 +183,7 @@ class ServiceMetrics:
         elastic = getattr(scheduler, "elastic", None)
         if elastic is not None:
             elastic.observe = lambda direction: self.elastic_resizes.labels(direction).inc()
+        self.register_collector(TransitionCollector(scheduler.lifecycle.machine), "gang_transitions")
         scheduler.observe_binding = lambda by, seconds, ok: self.bindings.labels(
             by, "bound" if ok else "failed").observe(seconds)
 

@@ -102,7 +102,8 @@ class GangScheduler:
                                       synchronous=synchronous_actions)
             self.direct.observe = lambda seconds, ok: self.observe_binding("meshfit", seconds, ok)
             self.direct.rolling_back = self.lifecycle.is_rolling_back
-            self.lifecycle.after_reserved.append(self.direct.kick)
+            for transition in ("reserved", "repaired", "re-placed", "restored"):  # members with slots held
+                self.lifecycle.machine.on(transition, lambda key, _from, _to: self.direct.kick(key))
             self.lifecycle.leaves_to_kube = self.direct.leaves_to_kube
             state.member_pending = self._member_pending
 

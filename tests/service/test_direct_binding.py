@@ -255,3 +255,20 @@ def test_a_pod_of_another_scheduler_profile_is_never_bound_by_meshfit():
     watch(service, pods)
     filter_nodes(service.filter(pods[0]))
     assert "g-1" not in service.binder.calls
+
+
+@pytest.fixture(autouse=True)
+def _no_unexpected_transition(monkeypatch):
+    """Every service built in these tests keeps its gang state machine inside the allowed transitions."""
+    from scheduler.gangs import lifecycle
+
+    machines = []
+    original = lifecycle.GangStateMachine.__init__
+
+    def tracking(self):
+        original(self)
+        machines.append(self)
+
+    monkeypatch.setattr(lifecycle.GangStateMachine, "__init__", tracking)
+    yield
+    assert all(m.unexpected == [] for m in machines), [m.unexpected for m in machines]

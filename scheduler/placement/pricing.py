@@ -49,8 +49,8 @@ def _seconds_by_level(geo: _Geometry, traffic: AxisTraffic, ranks: int) -> np.nd
     levels = np.arange(-1, geo.host + 1)
     bandwidth = geo.dedicated_bandwidth[levels + 1]
     bandwidth = np.where(np.isinf(bandwidth), geo.link(geo.host).bandwidth_gbps, bandwidth)
-    return geo.latency_s[levels + 1] + traffic.bytes_per_call / (bandwidth * 1e9) * collective_factor(traffic.collective,
-                                                                                                      ranks)
+    factor = collective_factor(traffic.collective, ranks)
+    return geo.latency_s[levels + 1] + traffic.bytes_per_call / (bandwidth * 1e9) * factor
 
 
 def _axis_seconds_many(geo: _Geometry, traffic: AxisTraffic, groups: _PodGroups,

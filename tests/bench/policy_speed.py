@@ -7,8 +7,8 @@
 (16,384 GPUs), the policies interleaved within each repeat so both see the same machine load; prints
 one line per run and, per policy, min / max and the ratio range to the first policy.
 `place`: median CPU time of `engine.place` for 64- and 256-GPU gangs (tp=8, pp=2/4, dp from the size) on
-a 16,384-GPU hgx-h100 cluster at 60% random occupancy (each call sees the same free GPUs, its caches invalidated by a pod added and removed), the
-policies interleaved, `--calls` per measurement, `--repeats` measurements each.
+a 16,384-GPU hgx-h100 cluster at 60% random occupancy (each call sees the same free GPUs, its caches invalidated
+by a pod added and removed), the policies interleaved, `--calls` per measurement, `--repeats` measurements each.
 """
 
 from __future__ import annotations

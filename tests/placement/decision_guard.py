@@ -112,7 +112,8 @@ def random_gang(rng: random.Random, index: int, topo: ClusterTopology) -> Gang:
         dp = per_pod // (tp * cp * ep * pp)
     par = Parallelism(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp)
     pods = tuple(PodSlot(i, f"g{index}-{i}", per_pod) for i in range(par.world_size // per_pod))
-    order = rng.choice(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp", AUTO_RANK_ORDER, "tp-cp-ep-dp-pp" if ep > 1 else "tp-cp-dp-pp"])
+    short_order = "tp-cp-ep-dp-pp" if ep > 1 else "tp-cp-dp-pp"  # leaves out ep when its degree is 1
+    order = rng.choice(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp", AUTO_RANK_ORDER, short_order])
     roles = [level.name for level in topo.levels[:-1]]
     constraint = TopologyConstraint()
     draw = rng.random()

@@ -43,6 +43,8 @@ KUBE_GRACE_SECONDS = 5.0
 RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 15.0
 DEFAULT_WORKERS = 16
+DRAINED_AT = 16
+"""Bindings in flight at which the queue is asked to admit more gangs."""
 
 
 class GangBinding:
@@ -70,6 +72,8 @@ class GangBinding:
         """Whether a gang is being rolled back (no member of it may bind)."""
         self.counts = {"bound": 0, "failed": 0, "conflicts": 0}
         self._pending_sync: list[tuple] = []
+        self.on_drained: Callable[[], None] = lambda: None
+        """Called under the state lock when the Bindings in flight fall to `DRAINED_AT` (the queue may admit more)."""
         self.observe: Callable[[float, bool], None] = lambda seconds, ok: None
         """Called with (seconds, succeeded) after each Binding call."""
 
@@ -190,6 +194,8 @@ class GangBinding:
                 self.counts["bound"] += 1
                 self.retry_at.pop(record.uid, None)
                 self.state.record_binding(record.namespace, record.name, node, annotations)
+            if len(self.in_flight) == DRAINED_AT:
+                self.on_drained()
         future.set_result(error)
         if not error:
             self.on_bound(gang_key)

@@ -6,12 +6,15 @@ through an `ActionDispatcher`, off the lock):
 - **Queue** (`scheduler.gangs.queue`): a gang that does not fit, or would delay the queue's head,
   waits there.  `admit_waiting` re-evaluates the queue in order whenever capacity may have freed
   (pods gone, nodes added or repaired, reservations released) and reserves what may start.
-- **Prompt members**: kube-scheduler 1.26 parks a pod that only an extender rejected for up to 5
-  minutes.  When a gang is reserved, every member meshfit turned away earlier is requeued at once
-  (`ClusterActions.requeue`: nominate the reserved node, touch an annotation); members of a reserved
-  gang not seen since are requeued with exponential backoff (2 s doubling to 30 s), and a member
-  refused after its last requeue (its node sampled out, a failed bind) half a second later.  Members
-  kube-scheduler is still working through are not touched: no patch storm on a burst.
+- **Prompt members**: once a gang is reserved, meshfit binds its members itself
+  (`scheduler.service.gang_binding`, attached to the state machine's `reserved` transition).  A member it
+  leaves to kube-scheduler (its fit depends on other objects) and that kube-scheduler may have parked is
+  requeued (`ClusterActions.requeue`: nominate the reserved node, touch an annotation): kube-scheduler 1.26
+  moves a pod only an extender rejected back on Node add/update and assigned-pod delete events, not when
+  another pod is added or bound, so without it such a member waits for the 5-minute flush; 1.35 requeues
+  it on any cluster event after its backoff.  Members of a reserved gang not seen since are requeued
+  with exponential backoff (2 s doubling to 30 s), a member refused after its last requeue half a second
+  later.  Members kube-scheduler is still working through are not touched: no patch storm on a burst.
 - **Completion or rollback** (the documented policy): a held slot whose node became unusable
   (deleted, cordoned, NotReady) is moved next to the gang's other members; if it cannot be (pod 0's
   rendezvous node is gone after others were told it), or if the gang is still not fully bound
@@ -50,6 +53,8 @@ INCOMPLETE_PRIORITY = 2**31
 UNASKED_AFTER_SECONDS = 3.0
 """A pending gang kube-scheduler has not asked about for this long is queued by meshfit from the watch."""
 QUEUE_PASS_DEPTH = 64
+BIND_BACKLOG_LIMIT = 64
+"""Bindings in flight above which the queue admits no more gangs (see `GangLifecycle.bind_backlog`)."""
 """At most this many waiting gangs are tried per queue pass (the simulator's backfill depth idea)."""
 
 
@@ -100,11 +105,16 @@ class GangLifecycle:
         """Called with (gang key, row) for each reserved / bound row of `GET /gangs` to add fields."""
         self.place_gang: Callable[[Any, Any, str], Placement] = place
         """`place(gang, topology, policy)` for new reservations (elastic gangs try their largest size that fits)."""
+        self.bind_backlog: Callable[[], int] = lambda: 0
+        """Bindings started and not finished (the direct binder's); the queue admits no gang while it is at
+        `BIND_BACKLOG_LIMIT`, so an admitted gang binds at once instead of queueing behind thousands of Bindings."""
         self.machine = GangStateMachine()
         """Every gang's phase and the named transitions listeners attach to (`scheduler.gangs.lifecycle`)."""
         self.leaves_to_kube: Callable[[PodRecord], bool] = lambda record: True
         """Whether kube-scheduler must bind this member (so a parked one needs a requeue); False for members
         meshfit binds itself (`scheduler.service.gang_binding`)."""
+        self.wired: dict[str, tuple[str, str]] = {}
+        """Pod uid -> (kind, text) of the refusal kube-scheduler was last given (see `wire_reason`)."""
         self.told_gang: dict[str, str] = {}
         """Gang key -> the waiting reason last recorded as an Event (one Event per gang per change)."""
 
@@ -146,6 +156,21 @@ class GangLifecycle:
             self.machine.phases)
         for key in sorted(keys):
             self.observe(key)
+
+    def wire_reason(self, record: PodRecord, reason: str) -> str:
+        """The refusal text kube-scheduler gets for a member: kept word for word while its kind is unchanged.
+
+        kube-scheduler writes the pod's PodScheduled condition with this text and patches the pod again whenever
+        it changes; a reason that restates free GPU counts or queue positions on every retry would cost one
+        write per retry.  The kind is the text before its first ':' (and before "behind" for a gang waiting
+        behind another); details that move are in the gang's Events and `GET /gangs`."""
+        text = reason.split(" [queue position", 1)[0]
+        kind = text.split(":", 1)[0].split(" behind ", 1)[0]
+        last = self.wired.get(record.uid)
+        if last is not None and last[0] == kind:
+            return last[1]
+        self.wired[record.uid] = (kind, text)
+        return text
 
     def invalid(self, record: PodRecord) -> None:
         """A pod whose gang cannot be read (a typo in a `meshfit.io/*` key, an inconsistent job): it waits, visibly --
@@ -299,7 +324,7 @@ class GangLifecycle:
             self._logged_wait.pop(key, None)
             self.told_gang.pop(key, None)
         known = self.state.pods
-        for table in (self.seen, self.turned_away, self.requeued, self.told, self.noticed):
+        for table in (self.seen, self.turned_away, self.requeued, self.told, self.noticed, self.wired):
             for uid in [u for u in table if u not in known]:
                 del table[uid]
 
@@ -406,6 +431,8 @@ class GangLifecycle:
         admitted = []
         free = self.state.topology.gpus_free
         for waiting in self.queue.ordered()[:QUEUE_PASS_DEPTH]:
+            if self.bind_backlog() >= BIND_BACKLOG_LIMIT:
+                break  # admitted again as the Bindings drain (`GangBinding.on_drained`)
             members = self.members(waiting.key)
             pending = [r for r in members if not r.node and r.member is not None]
             entry = self.state.ledger.get(waiting.key)

@@ -105,6 +105,8 @@ class GangScheduler:
             for transition in ("reserved", "repaired", "re-placed", "restored"):  # members with slots held
                 self.lifecycle.machine.on(transition, lambda key, _from, _to: self.direct.kick(key))
             self.lifecycle.leaves_to_kube = self.direct.leaves_to_kube
+            self.lifecycle.bind_backlog = lambda: len(self.direct.in_flight)
+            self.direct.on_drained = self.lifecycle.admit_waiting
             state.member_pending = self._member_pending
 
     # ----- housekeeping ----------------------------------------------------------------------
@@ -274,8 +276,8 @@ class GangScheduler:
                 self.state.ledger.touch(record.member.gang_key)
         self.run_direct_binds()
         if node is None:
-            wire = reason.split(" [queue position", 1)[0]  # a stable message: kube-scheduler patches the pod's
-            return FilterDecision(failed={name: wire for name in node_names})  # condition only when it changes
+            wire = self.lifecycle.wire_reason(record, reason)
+            return FilterDecision(failed={name: wire for name in node_names})
         return FilterDecision(nodes=[node])
 
     def _unoffered(self, record: PodRecord, entry: Reservation, node: str, offered: frozenset[str] | None,

@@ -172,6 +172,17 @@ def rate(bound_at) -> dict:
             "pods_per_second_to_90pct": round(k / span90, 1) if span90 else None}
 
 
+def count_bound(core: CoreV1Api, namespace: str) -> int:
+    """Pods of `namespace` bound to a node, from a paginated list (500 a page)."""
+    bound, token = 0, None
+    while True:
+        page = core.list_namespaced_pod(namespace, limit=500, _continue=token)
+        bound += sum(1 for p in page.items if p.spec.node_name)
+        token = page.metadata._continue
+        if not token:
+            return bound
+
+
 def overcommitted(core: CoreV1Api, gpus_per_node: int = 8) -> int:
     """Nodes whose bound, unfinished pods request more GPUs than the node has."""
     return sum(1 for used in bound_gpus(core).values() if used > gpus_per_node)
@@ -250,24 +261,27 @@ def meshfit_histograms(url: str) -> dict:
 
 
 def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: float | None, tag: str,
-              with_meshfit: bool, settle: float) -> dict:
+              with_meshfit: bool, settle: float, extra_args: tuple = ()) -> dict:
     """One burst in a fresh namespace, scheduled alone or through meshfit; the numbers of that run."""
     ns = namespace(core, f"{tag}-{'meshfit' if with_meshfit else 'alone'}")
+    watcher = BindWatch(core, ns)
+    created = create_burst(core, ns, shapes, seed)  # queued before anything schedules: both runs start alike
+    before = api_writes(plane)
     meshfit = None
     if with_meshfit:
         log = plane.logs / f"meshfit-{ns}.log"
-        meshfit = MeshfitProcess(plane.kubeconfig, log, ["--log-format", "json", "--grpc-port", "0"],
-                                 ready_timeout=180).start()
-    watcher = BindWatch(core, ns)
-    created = create_burst(core, ns, shapes, seed)
-    before = api_writes(plane)
+        meshfit = MeshfitProcess(plane.kubeconfig, log, ["--log-format", "json", "--grpc-port", "0", *extra_args],
+                                 ready_timeout=300).start()
     scheduler = run_scheduler(plane, scheduler_config(plane, qps, meshfit.url if meshfit else None), f"ks-{ns}")
     wait_quiet(watcher, settle, 1800)
-    listed = sum(1 for p in core.list_namespaced_pod(ns).items if p.spec.node_name)
+    scheduler.stop()  # nothing binds while the end state is read
+    if meshfit is not None:
+        meshfit_metrics = meshfit_histograms(meshfit.url)
+        meshfit.stop()
+    listed = count_bound(core, ns)
     result = {"pods": created, "bound": listed, "bound_seen_by_watch": len(watcher.bound_at),
               **rate(watcher.bound_at.values())}
     writes = diff(api_writes(plane), before)
-    scheduler.stop()
     result.update({"api_writes": sum(writes.values()), "api_writes_by_kind": writes,
                    "writes_per_bound_pod": round(sum(writes.values()) / max(1, len(watcher.bound_at)), 2),
                    "partly_bound_gangs": sum(1 for b, t in gang_status(core, ns).values() if 0 < b < t),
@@ -281,8 +295,7 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
             result.update({"gangs_timed": len(latencies), "reserved_to_bound_p50": round(statistics.median(latencies), 2),
                            "reserved_to_bound_p99": round(latencies[int(round(0.99 * (len(latencies) - 1)))], 2),
                            "reserved_to_bound_max": round(latencies[-1], 2)})
-        result["bind_latency"] = meshfit_histograms(meshfit.url)
-        meshfit.stop()
+        result["bind_latency"] = meshfit_metrics
     watcher.stop()
     core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
     return result
@@ -305,7 +318,8 @@ def run_version(install, nodes: int, qps_settings: list[float | None], args) -> 
             row = {"version": install.full, "nodes": nodes, "qps": qps or "default", "gangs": len(shapes),
                    "gang_pods": sum(s.pods for s in shapes)}
             row["alone"] = one_phase(plane, core, shapes, args.seed, qps, tag, False, args.settle)
-            row["meshfit"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle)
+            row["meshfit"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle,
+                                       tuple(args.meshfit_arg or ()))
             for key in ("pods_per_second", "pods_per_second_to_90pct", "writes_per_bound_pod"):
                 a, m = row["alone"].get(key), row["meshfit"].get(key)
                 row[f"ratio_{key}"] = round(m / a, 2) if a and m else None
@@ -326,6 +340,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settle", type=float, default=8.0, help="seconds without a new bind that end a burst")
     parser.add_argument("--versions", default="", help="comma-separated minor versions (default: all found)")
+    parser.add_argument("--meshfit-arg", action="append", help="extra `meshfit serve` argument (repeat)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     installs, problems = find_installs()

@@ -304,3 +304,17 @@ def test_a_typo_in_a_meshfit_key_keeps_the_gang_waiting_visibly_once(caplog):
     assert len(events) == 1 and "meshfit.io/paralellism" in events[0].detail
     assert caplog.text.count("not placed") == 1
     assert service.state.ledger.entries == {}
+
+
+def test_a_waiting_members_refusal_text_stays_put_while_only_its_numbers_move():
+    service, _ = service_with(nodes=2)
+    pod = gang_pod("big", 0, 3)
+    first = service.filter(pod)["FailedNodes"]
+    assert "does not fit" in next(iter(first.values()))
+    single = make_pod("one", 1)
+    node = filter_nodes(service.filter(single))[0]
+    assert service.bind(single, node) == {"Error": ""}  # free GPUs change: the detailed reason would too
+    again = service.filter(pod)["FailedNodes"]
+    assert again == first  # kube-scheduler sees the same text: no pod-status patch per retry
+    [row] = [r for r in service.client.get("/gangs").json()["gangs"] if r["gang"] == "default/big"]
+    assert "does not fit" in row["reason"]  # the moving details stay readable where they are asked for

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import msgspec
 
+from scheduler.placement.annotation_keys import check_meshfit_keys
 from scheduler.placement.jobs import ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, MAX_GANG_PODS, JobSpecError, Parallelism
 from scheduler.gangs.sources import GangMembership as Membership, parse_count
 from scheduler.gangs.sources import pod_gpus
@@ -155,6 +156,7 @@ def _gang_of_job(scheduler: GangScheduler, job: JobInfo):
         gpus = None
     spec = group.get("spec") or {}
     annotations = (group.get("metadata") or {}).get("annotations") or {}
+    check_meshfit_keys(annotations, None, f"job {job.Namespace or 'default'}/{job.Name} PodGroup")
     size = parse_count(spec.get("minMember") or job.MinAvailable or len(job.Tasks or {}),
                        f"job {job.Namespace or 'default'}/{job.Name}: minMember", 0, MAX_GANG_PODS)
     if gpus is None:

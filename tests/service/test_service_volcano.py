@@ -32,6 +32,15 @@ def test_job_enqueueable_vetoes_jobs_the_topology_cannot_place(min_member, gpus,
     assert service.state.topology.gpus_free == 64
 
 
+def test_a_typo_in_a_podgroups_meshfit_key_vetoes_the_job_instead_of_placing_it_as_written():
+    service = make_service()
+    bad = job("j", 4, 32)
+    bad["PodGroup"]["metadata"]["annotations"]["meshfit.io/paralellism"] = "tp=8,pp=4"
+    reply = service.client.post("/volcano/jobEnqueueable", json={"job": bad})
+    assert reply.status_code == 200 and reply.json() == {"status": -1}
+    assert service.client.post("/volcano/jobEnqueueable", json={"job": job("j", 4, 32)}).json() == {"status": 1}
+
+
 def test_job_enqueueable_reads_gang_from_a_task_pod():
     service = make_service()
     pod = gang_pod("big", 0, 9)

@@ -284,6 +284,8 @@ class LayoutPricer:
 
 MEMO_LIMIT = 4096
 """Layouts remembered per shared pricer before its memos are cleared."""
+SHAPES_LIMIT = 512
+"""Job shapes with a shared pricer kept per topology before they are all dropped (a long-running service)."""
 
 
 def shared_pricer(gang: Gang, topo: ClusterTopology, rank_order: str) -> LayoutPricer:
@@ -298,6 +300,8 @@ def shared_pricer(gang: Gang, topo: ClusterTopology, rank_order: str) -> LayoutP
     key = (gang.parallelism, gang.model, gang.gpus_per_pod, rank_order)
     pricer = cache.get(key)
     if pricer is None:
+        if len(cache) >= SHAPES_LIMIT:
+            cache.clear()
         pricer = cache[key] = LayoutPricer(gang, topo, rank_order)
     elif len(pricer._memo) > MEMO_LIMIT or len(pricer._reports) > MEMO_LIMIT:
         pricer._memo.clear()

@@ -1,7 +1,7 @@
 """JSON schemas for the non-core manifests, written from the upstream Go types (every object closed).
 
 Sources: kube-scheduler `k8s.io/kube-scheduler/config/v1` (KubeSchedulerConfiguration, Extender),
-Kueue `apis/kueue/v1alpha1` (Topology) and `v1beta1` (ResourceFlavor, ClusterQueue, LocalQueue),
+Kueue v0.19 `apis/kueue/v1beta2` (Topology, ResourceFlavor, AdmissionCheck, ClusterQueue, LocalQueue),
 Prometheus Operator `monitoring.coreos.com/v1` ServiceMonitor, Kubeflow training-operator
 `kubeflow.org/v1` PyTorchJob, Volcano scheduler configuration (`pkg/scheduler/conf`).  Pod
 templates and ObjectMeta are left to the strict `kubernetes` model check.
@@ -79,27 +79,35 @@ KUBE_SCHEDULER_CONFIGURATION = closed({
 }, ("apiVersion", "kind"))
 
 # ----- Kueue -----------------------------------------------------------------------------------------
-KUEUE_TOPOLOGY = resource("kueue.x-k8s.io/v1alpha1", "Topology", closed(
-    {"levels": array(closed({"nodeLabel": STRING}, ("nodeLabel",)), 1) | {"maxItems": 8}}, ("levels",)))
+KUEUE = "kueue.x-k8s.io/v1beta2"
+KUEUE_TOPOLOGY = resource(KUEUE, "Topology", closed(
+    {"levels": array(closed({"nodeLabel": STRING}, ("nodeLabel",)), 1) | {"maxItems": 16}}, ("levels",)))
 TAINT = closed({"key": STRING, "value": STRING, "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
                 "timeAdded": STRING}, ("key", "effect"))
 TOLERATION = closed({"key": STRING, "operator": {"enum": ["Exists", "Equal"]}, "value": STRING, "effect": STRING,
                      "tolerationSeconds": INT})
-RESOURCE_FLAVOR = resource("kueue.x-k8s.io/v1beta1", "ResourceFlavor", closed(
+RESOURCE_FLAVOR = resource(KUEUE, "ResourceFlavor", closed(
     {"nodeLabels": string_map(), "nodeTaints": array(TAINT), "tolerations": array(TOLERATION), "topologyName": STRING}),
     spec_required=False)
+ADMISSION_CHECK = resource(KUEUE, "AdmissionCheck", closed(
+    {"controllerName": {"type": "string", "minLength": 1, "maxLength": 253},
+     "parameters": closed({"apiGroup": STRING, "kind": STRING, "name": STRING}, ("apiGroup", "kind", "name"))},
+    ("controllerName",)))
 RESOURCE_QUOTA = closed({"name": STRING, "nominalQuota": QUANTITY, "borrowingLimit": QUANTITY, "lendingLimit": QUANTITY},
                         ("name", "nominalQuota"))
-CLUSTER_QUEUE = resource("kueue.x-k8s.io/v1beta1", "ClusterQueue", closed({
+ADMISSION_CHECKS_STRATEGY = closed({"admissionChecks": array(closed(
+    {"name": STRING, "onFlavors": array(STRING)}, ("name",)))})
+CLUSTER_QUEUE = resource(KUEUE, "ClusterQueue", closed({
     "resourceGroups": array(closed({"coveredResources": array(STRING, 1),
                                     "flavors": array(closed({"name": STRING, "resources": array(RESOURCE_QUOTA, 1)},
                                                             ("name", "resources")), 1)},
                                    ("coveredResources", "flavors"))),
-    "cohort": STRING, "queueingStrategy": {"enum": ["StrictFIFO", "BestEffortFIFO"]},
+    "cohortName": STRING, "queueingStrategy": {"enum": ["StrictFIFO", "BestEffortFIFO"]},
     "namespaceSelector": LABEL_SELECTOR, "flavorFungibility": ANY_OBJECT, "preemption": ANY_OBJECT,
-    "admissionChecks": array(STRING), "admissionChecksStrategy": ANY_OBJECT,
+    "admissionChecksStrategy": ADMISSION_CHECKS_STRATEGY, "concurrentAdmissionPolicy": ANY_OBJECT,
     "stopPolicy": {"enum": ["None", "Hold", "HoldAndDrain"]}, "fairSharing": ANY_OBJECT, "admissionScope": ANY_OBJECT}))
-LOCAL_QUEUE = resource("kueue.x-k8s.io/v1beta1", "LocalQueue", closed(
+"""v1beta2 has no `cohort` (now `cohortName`) and no flat `admissionChecks` list (only the strategy)."""
+LOCAL_QUEUE = resource(KUEUE, "LocalQueue", closed(
     {"clusterQueue": STRING, "stopPolicy": {"enum": ["None", "Hold", "HoldAndDrain"]}, "fairSharing": ANY_OBJECT}))
 
 # ----- Prometheus Operator ---------------------------------------------------------------------------
@@ -147,10 +155,11 @@ VOLCANO_EXTENDER_ARGUMENTS = ("extender.urlPrefix", "extender.httpTimeout", "ext
 
 SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
     ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration"): KUBE_SCHEDULER_CONFIGURATION,
-    ("kueue.x-k8s.io/v1alpha1", "Topology"): KUEUE_TOPOLOGY,
-    ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): RESOURCE_FLAVOR,
-    ("kueue.x-k8s.io/v1beta1", "ClusterQueue"): CLUSTER_QUEUE,
-    ("kueue.x-k8s.io/v1beta1", "LocalQueue"): LOCAL_QUEUE,
+    (KUEUE, "Topology"): KUEUE_TOPOLOGY,
+    (KUEUE, "ResourceFlavor"): RESOURCE_FLAVOR,
+    (KUEUE, "AdmissionCheck"): ADMISSION_CHECK,
+    (KUEUE, "ClusterQueue"): CLUSTER_QUEUE,
+    (KUEUE, "LocalQueue"): LOCAL_QUEUE,
     ("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICE_MONITOR,
     ("kubeflow.org/v1", "PyTorchJob"): PYTORCH_JOB,
 }

@@ -72,8 +72,9 @@ def test_manifests_cover_every_deliverable():
             ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
             ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
             ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration"), ("v1", "ConfigMap"),
-            ("kueue.x-k8s.io/v1alpha1", "Topology"), ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"),
-            ("kueue.x-k8s.io/v1beta1", "ClusterQueue"), ("kueue.x-k8s.io/v1beta1", "LocalQueue"),
+            ("kueue.x-k8s.io/v1beta2", "Topology"), ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"),
+            ("kueue.x-k8s.io/v1beta2", "AdmissionCheck"),
+            ("kueue.x-k8s.io/v1beta2", "ClusterQueue"), ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
             ("monitoring.coreos.com/v1", "ServiceMonitor"), ("kubeflow.org/v1", "PyTorchJob")} <= kinds
 
 
@@ -336,6 +337,9 @@ def test_kueue_example_wires_flavor_topology_and_queues():
     queue = find("ClusterQueue", "training")
     assert find("LocalQueue", "training")["spec"]["clusterQueue"] == queue["metadata"]["name"]
     assert "nvidia.com/gpu" in queue["spec"]["resourceGroups"][0]["coveredResources"]
+    check = find("AdmissionCheck", "meshfit-topology")
+    assert check["spec"]["controllerName"] == "meshfit.io/topology"
+    assert queue["spec"]["admissionChecksStrategy"]["admissionChecks"] == [{"name": check["metadata"]["name"]}]
 
 
 def test_example_pytorchjob_is_a_valid_gang():

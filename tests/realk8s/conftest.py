@@ -21,6 +21,7 @@ import pytest
 
 from tests.realk8s.binaries import K8sInstall, find_installs
 from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, missing_prerequisites
+from tests.realk8s.kueue_fixtures import kueue, kueue_objects  # noqa: F401 - fixtures: a real Kueue beside it
 
 _HERE = Path(__file__).resolve().parent
 _COUNTER = itertools.count(1)

@@ -5,8 +5,13 @@ annotation, index from the `kueue.x-k8s.io/pod-group-pod-index` label (or the la
 `kueue.x-k8s.io/pod-group-pod-index-label` annotation).  TAS: a pod admitted with Topology Aware
 Scheduling carries the `kueue.x-k8s.io/workload` annotation and `kueue.x-k8s.io/podset` label; its
 Workload's `status.admission.podSetAssignments[].topologyAssignment` lists the chosen domains
-(v1beta1 `levels` + `domains[].values`, or v1beta2 `slices`), whose lowest-level values become
-`constraint.assigned_domains` so placement stays inside what Kueue admitted.
+(v1beta1 `levels` + `domains[].values` + `count`, or v1beta2 `slices`: `valuesPerLevel` universal or
+individual `prefix` + roots + `suffix`, `podCounts`), whose lowest-level values become
+`constraint.assigned_domains` so placement stays inside what Kueue admitted.  Where Kueue pins pods one by
+one (hostname level, or several domains) -- its TopologyUngater gives the pod of rank i a nodeSelector for
+the i-th domain slot, domains in order each repeated by its count -- the per-index domains also become
+`constraint.pod_domains`, and every member stays in its own (Kueue's per-pod assignment wins: the nodeSelector
+is fixed once the pod is ungated).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 KUEUE_GROUP = "kueue.x-k8s.io"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def _pod_group_index(pod: dict, where: str) -> int | None:
@@ -64,10 +70,14 @@ class KueuePodGroupSource:
         return resolve_membership(pod, lookup, source=NAME, gang_name=str(group), index=index, size=size)
 
     def refine(self, member: GangMembership, pod: dict, lookup: Lookup) -> GangMembership:
-        """Whatever source won: add the Kueue TAS assignment of the pod's Workload as `constraint.assigned_domains`."""
+        """Whatever source won: add the Kueue TAS assignment of the pod's Workload as `constraint.assigned_domains`,
+        and as `constraint.pod_domains` where Kueue pins each pod to its own domain (`pinned_pod_domains`)."""
         domains = assigned_domains(pod, lookup)
         if domains and not member.constraint.assigned_domains:
             member = replace(member, constraint=replace(member.constraint, assigned_domains=domains))
+        pinned = pinned_pod_domains(pod, lookup, member.size) if domains else ()
+        if pinned and not member.constraint.pod_domains:
+            member = replace(member, constraint=replace(member.constraint, pod_domains=pinned))
         return member
 
 
@@ -79,33 +89,56 @@ def _individual_values(values: Mapping[str, Any], count: int, where: str) -> lis
     roots = individual.get("roots") if isinstance(individual.get("roots"), list) else []
     if len(roots) != count:
         raise JobSpecError(f"{where}: slice has domainCount {count} but {len(roots)} roots")
-    prefix, suffix = str(individual.get("commonPrefix") or ""), str(individual.get("commonSuffix") or "")
+    prefix, suffix = str(individual.get("prefix") or ""), str(individual.get("suffix") or "")
     return [f"{prefix}{root}{suffix}" for root in roots]
 
 
-def assignment_domains(assignment: Mapping[str, Any], where: str) -> tuple[str, ...]:
-    """Lowest-level domain names of a Kueue `topologyAssignment` (v1beta1 domains or v1beta2 slices)."""
-    names: list[str] = []
+def _slice_counts(slice_: Mapping[str, Any], count: int, where: str) -> list[int]:
+    """Pods per domain of a v1beta2 slice (`podCounts.universal` or `.individual`)."""
+    counts = slice_.get("podCounts") if isinstance(slice_.get("podCounts"), Mapping) else {}
+    if counts.get("universal") is not None:
+        return [parse_count(counts["universal"], f"{where}: podCounts.universal", 1)] * count
+    individual = counts.get("individual")
+    if not isinstance(individual, list) or len(individual) != count:
+        raise JobSpecError(f"{where}: slice has domainCount {count} but podCounts gives no count per domain")
+    return [parse_count(c, f"{where}: podCounts.individual", 1) for c in individual]
+
+
+def assignment_sequence(assignment: Mapping[str, Any], where: str) -> list[tuple[str, int]]:
+    """(lowest-level domain, pods) of a Kueue `topologyAssignment` in Kueue's order (v1beta1 domains, v1beta2 slices)."""
+    sequence: list[tuple[str, int]] = []
     for domain in assignment.get("domains") or ():
         values = domain.get("values") if isinstance(domain, Mapping) else None
         if not isinstance(values, list) or not values:
             raise JobSpecError(f"{where}: topologyAssignment domain without values")
-        names.append(str(values[-1]))
+        sequence.append((str(values[-1]), parse_count(domain.get("count", 1), f"{where}: domain count", 1)))
     for slice_ in assignment.get("slices") or ():
         per_level = slice_.get("valuesPerLevel") if isinstance(slice_, Mapping) else None
         if not isinstance(per_level, list) or not per_level:
             raise JobSpecError(f"{where}: topologyAssignment slice without valuesPerLevel")
         count = parse_count(slice_.get("domainCount", 1), f"{where}: slice domainCount", 1)
-        names.extend(_individual_values(per_level[-1], count, where))
-    return tuple(dict.fromkeys(names))
+        sequence.extend(zip(_individual_values(per_level[-1], count, where), _slice_counts(slice_, count, where)))
+    return sequence
 
 
-def assigned_domains(pod: dict, lookup: Lookup) -> tuple[str, ...]:
-    """Domains Kueue TAS admitted the pod's podset into; () when the pod is not TAS-admitted or unknown."""
+def assignment_domains(assignment: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """Lowest-level domain names of a Kueue `topologyAssignment` (v1beta1 domains or v1beta2 slices)."""
+    return tuple(dict.fromkeys(name for name, _ in assignment_sequence(assignment, where)))
+
+
+def rank_domains(assignment: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """Per pod rank, the lowest-level domain Kueue's rank-based ordering gives it (what its TopologyUngater puts
+    in that pod's nodeSelector): the domains in order, each repeated by its pod count."""
+    return tuple(name for name, count in assignment_sequence(assignment, where) for _ in range(count))
+
+
+def _topology_assignment(pod: dict, lookup: Lookup) -> tuple[Mapping[str, Any] | None, str]:
+    """(the pod's podset `topologyAssignment` in its Workload's admission, where) -- None when there is none."""
     workload_name = label_or_annotation(pod, WORKLOAD_ANNOTATION)
+    where = f"Workload {namespace_of(pod)}/{workload_name}"
     workload = lookup_kind(lookup, "Workload", KUEUE_GROUP, namespace_of(pod), workload_name)
     if workload is None:
-        return ()
+        return None, where
     status = workload.get("status") if isinstance(workload.get("status"), Mapping) else {}
     admission = status.get("admission") if isinstance(status.get("admission"), Mapping) else {}
     assignments = [a for a in admission.get("podSetAssignments") or () if isinstance(a, Mapping)]
@@ -113,13 +146,33 @@ def assigned_domains(pod: dict, lookup: Lookup) -> tuple[str, ...]:
     if podset:
         assignments = [a for a in assignments if a.get("name") == podset]
     elif len(assignments) > 1:
-        return ()
-    where = f"Workload {namespace_of(pod)}/{workload_name}"
+        return None, where
     for assignment in assignments:
         topology = assignment.get("topologyAssignment")
         if isinstance(topology, Mapping):
-            return assignment_domains(topology, where)
-    return ()
+            return topology, where
+    return None, where
+
+
+def assigned_domains(pod: dict, lookup: Lookup) -> tuple[str, ...]:
+    """Domains Kueue TAS admitted the pod's podset into; () when the pod is not TAS-admitted or unknown."""
+    topology, where = _topology_assignment(pod, lookup)
+    return assignment_domains(topology, where) if topology is not None else ()
+
+
+def pinned_pod_domains(pod: dict, lookup: Lookup, size: int) -> tuple[str, ...]:
+    """Per pod index, the domain Kueue pinned that pod to, when Kueue pins pods one by one: a rank-ordered pod
+    (it carries the Job completion index, which Kueue's rank-based ordering reads) whose assignment is at the
+    hostname level or spans several domains.  () otherwise (one domain above hosts: meshfit lays the gang out)."""
+    topology, where = _topology_assignment(pod, lookup)
+    if topology is None or label_or_annotation(pod, COMPLETION_INDEX) is None:
+        return ()
+    domains = rank_domains(topology, where)
+    levels = topology.get("levels") if isinstance(topology.get("levels"), list) else []
+    by_host = bool(levels) and levels[-1] == HOSTNAME_LABEL
+    if len(domains) != size or (not by_host and len(set(domains)) < 2):
+        return ()
+    return domains
 
 
 def factory() -> KueuePodGroupSource:

@@ -88,6 +88,12 @@ def _place_rest(entry: Reservation, topo: ClusterTopology, policy: str, rest: li
     """Place members `rest` as a sub-gang near the held (and pinned) nodes, widening the domain as needed."""
     gang, g = entry.gang, entry.gang.gpus_per_pod
     pods = tuple(PodSlot(j, gang.pods[i].name, g) for j, i in enumerate(rest))
+    if gang.constraint.pod_domains:  # each member goes back to the domain it is pinned to (Kueue TAS), nowhere else
+        pinned = TopologyConstraint(pod_domains=tuple(gang.constraint.pod_domains[i] for i in rest))
+        sub = Gang(gang.namespace, gang.name, pods, Parallelism(tp=g, dp=len(rest)), constraint=pinned,
+                   priority=gang.priority)
+        placed = place(sub, topo, policy)
+        return placed if placed.placed else None
     last: Placement | None = None
     for constraint in _candidate_constraints(entry, topo, pinned):
         sub = Gang(gang.namespace, gang.name, pods, Parallelism(tp=g, dp=len(rest)),

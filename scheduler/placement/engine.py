@@ -56,8 +56,9 @@ def unschedulable(gang: Gang, policy_name: str, reason: str) -> Placement:
 
 
 def placement_from_assignment(gang: Gang, topo: ClusterTopology, policy_name: str, assignment: Assignment,
-                              with_ranks: bool = True) -> Placement:
-    """Check a policy's assignment and turn it into a priced Placement (without the rank table unless `with_ranks`)."""
+                              with_ranks: bool = True, comm_limit: bool = True) -> Placement:
+    """Check a policy's assignment and turn it into a priced Placement (without the rank table unless `with_ranks`;
+    `comm_limit=False` for a layout an admission already fixed, which no limit can improve)."""
     if assignment.pod_nodes is None:
         return unschedulable(gang, policy_name, assignment.reason or "does not fit")
     check_assignment(gang, topo, assignment.pod_nodes)
@@ -66,7 +67,7 @@ def placement_from_assignment(gang: Gang, topo: ClusterTopology, policy_name: st
         order = DEFAULT_RANK_ORDER
     names = [topo.nodes[i].name for i in assignment.pod_nodes]
     cost = estimate_cost(gang, assignment.pod_nodes, topo, order)
-    too_slow = comm_limit_exceeded(gang, cost)
+    too_slow = comm_limit_exceeded(gang, cost) if comm_limit else None
     if too_slow:
         return unschedulable(gang, policy_name, too_slow)
     ranks = build_ranks(gang, names, order) if with_ranks else []
@@ -111,6 +112,11 @@ def place(gang: Gang, topo: ClusterTopology, policy: str | PlacementPolicy = DEF
 
         return unschedulable(gang, chosen.name, gpus_per_node_reason(gang, topo) or
                              f"needs {gang.world_size} GPUs; the cluster has {topo.gpus_free} free")
+    if gang.constraint.pod_domains:  # every pod pinned to its own domain (Kueue TAS): the layout inside them
+        from scheduler.placement.pinned import assign_in_pod_domains
+
+        return placement_from_assignment(gang, topo, chosen.name, assign_in_pod_domains(gang, topo, chosen),
+                                         with_ranks, comm_limit=False)
     return placement_from_assignment(gang, topo, chosen.name, chosen.assign(gang, topo), with_ranks)
 
 

@@ -193,6 +193,9 @@ class TopologyConstraint:
     """Pods per slice: pods [k*size, (k+1)*size) form slice k (`kueue.x-k8s.io/podset-slice-size`)."""
     max_comm_ratio: float | None = None
     """Largest predicted step communication / lower bound the job accepts (`meshfit.io/max-comm-ratio`)."""
+    pod_domains: tuple[str, ...] = ()
+    """Per pod index, the domain (a host, or a larger domain) a prior admission pinned that pod to -- Kueue TAS
+    gives each pod a nodeSelector for its own -- which every layout keeps (`scheduler.placement.pinned`)."""
 
     @property
     def has_slices(self) -> bool:

@@ -257,7 +257,8 @@ class GangScheduler:
             if error:
                 return FilterDecision(error=error)
             held_before = entry.node_of(record.member.index) if entry is not None else None
-            if complete and (held_before is None or held_before not in node_names):
+            pinned = bool(record.member.constraint.pod_domains)  # Kueue pinned each member: its offer is its own
+            if complete and not pinned and (held_before is None or held_before not in node_names):
                 offered = frozenset(node_names)
             if self.direct is not None:  # kube-scheduler is working on this member: its own /bind follows
                 self.direct.note_kube_handling(record)

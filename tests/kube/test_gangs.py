@@ -159,7 +159,7 @@ KUEUE_ASSIGNMENTS = [
     ("v1beta1", {"levels": ["cloud.com/block", "kubernetes.io/hostname"],
                  "domains": [{"values": ["b1", "n1"], "count": 2}, {"values": ["b1", "n2"], "count": 2}]}, ("n1", "n2")),
     ("v1beta2-individual", {"levels": ["kubernetes.io/hostname"], "slices": [
-        {"domainCount": 3, "valuesPerLevel": [{"individual": {"commonPrefix": "node-", "roots": ["1", "2", "3"]}}],
+        {"domainCount": 3, "valuesPerLevel": [{"individual": {"prefix": "node-", "roots": ["1", "2", "3"]}}],
          "podCounts": {"universal": 1}}]}, ("node-1", "node-2", "node-3")),
     ("v1beta2-universal", {"levels": ["rack"], "slices": [
         {"domainCount": 1, "valuesPerLevel": [{"universal": "rack-7"}], "podCounts": {"universal": 4}}]}, ("rack-7",)),

@@ -238,6 +238,9 @@ def register(app: typer.Typer) -> None:
         verb_token_file: Optional[Path] = typer.Option(None, "--verb-token-file",
                                                        help="Without a client CA: the verbs need "
                                                             "'Authorization: Bearer <token in this file>'."),
+        kueue: bool = typer.Option(True, "--kueue/--no-kueue",
+                                   help="Real mode: serve Kueue AdmissionChecks whose controllerName is "
+                                        "meshfit.io/topology (once Kueue's CRDs exist; on the leader only)."),
     ) -> None:
         """Serve the kube-scheduler extender, Volcano extender, gRPC placement API and metrics."""
         from scheduler.service.app import build_scheduler, create_app
@@ -340,6 +343,10 @@ def register(app: typer.Typer) -> None:
                 elector = start_leader_election(state, binder.api_client, leader, grpc_start=(
                     (lambda: _start_grpc(scheduler, grpc_port, host, tls, verb_auth)) if grpc_port else None))
                 app = StandbyGate(app, elector)
+            if cluster is None and kueue:  # Kueue admission checks: reserve a job's gang before Kueue admits it
+                from scheduler.cli.serve_kueue import start_kueue_checks
+
+                start_kueue_checks(scheduler, binder, elector)
             server = serve_http(app, http_socket, tls=tls)
             if elector is not None:
                 elector.shutdown()  # drained: stop gRPC, release the Lease so a standby takes over at once

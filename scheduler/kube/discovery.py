@@ -26,6 +26,7 @@ VERSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("scheduling.k8s.io", "podgroups"): ("v1alpha2", "v1alpha3", "v1beta1"),
     ("kueue.x-k8s.io", "workloads"): ("v1beta2", "v1beta1"),
     ("kueue.x-k8s.io", "topologies"): ("v1beta2", "v1beta1", "v1alpha1"),
+    ("kueue.x-k8s.io", "admissionchecks"): ("v1beta2", "v1beta1"),
 }
 """(group, plural) -> the versions meshfit understands, preferred first."""
 

@@ -199,6 +199,11 @@ def adapter_requests() -> set[tuple[str, str, str]]:
         pod_getter(client)("ml", "w-1")  # a pod the watch has not shown yet: one GET
     except Exception:  # noqa: BLE001 - the recording client answers nothing decodable; the call is what counts
         pass
+    from scheduler.kube.kueue_status import KueueStatusWriter  # noqa: PLC0415
+
+    kueue = KueueStatusWriter(client)  # the Kueue admission check controller's two writes
+    kueue.set_active("meshfit-topology", "v1beta2", 1, "active")
+    kueue.set_check_state("ml", "job-w-1", "v1beta2", "meshfit-topology", "Ready", "reserved")
     requests = {rbac_request(method, path) for method, path in client.calls}
     # the list+watch cache: collection paths of every watched resource
     return requests | {(r.group, r.plural, verb) for r in DEFAULT_RESOURCES for verb in ("list", "watch")}
@@ -337,6 +342,9 @@ def test_kueue_example_wires_flavor_topology_and_queues():
     queue = find("ClusterQueue", "training")
     assert find("LocalQueue", "training")["spec"]["clusterQueue"] == queue["metadata"]["name"]
     assert "nvidia.com/gpu" in queue["spec"]["resourceGroups"][0]["coveredResources"]
+    check = find("AdmissionCheck", "meshfit-topology")
+    assert check["spec"]["controllerName"] == "meshfit.io/topology"
+    assert queue["spec"]["admissionChecksStrategy"]["admissionChecks"] == [{"name": check["metadata"]["name"]}]
     check = find("AdmissionCheck", "meshfit-topology")
     assert check["spec"]["controllerName"] == "meshfit.io/topology"
     assert queue["spec"]["admissionChecksStrategy"]["admissionChecks"] == [{"name": check["metadata"]["name"]}]

@@ -166,6 +166,9 @@ def register(app: typer.Typer) -> None:
                                            "--cluster, whose verbs have no authentication; 0.0.0.0 in real mode)."),
         port: int = typer.Option(8888, "--port", help="HTTP port (extender, Volcano, metrics)."),
         grpc_port: int = typer.Option(9090, "--grpc-port", help="gRPC port (0 disables gRPC)."),
+        metrics_port: int = typer.Option(0, "--metrics-port",
+                                         help="Also serve /metrics on this port of its own, plain HTTP even with "
+                                              "--tls-cert-file, metrics only (0: off; /metrics stays on --port)."),
         cluster: Optional[Path] = typer.Option(None, "--cluster", help="Embedded mode: NodeList/List file."),
         kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="Real mode: kubeconfig file."),
         policy: str = typer.Option("meshfit", "--policy", help="Placement policy."),
@@ -256,6 +259,9 @@ def register(app: typer.Typer) -> None:
             reason = f"--max-body-bytes must be >= 1, got {max_body_bytes}"
         if not reason and not 1 <= bind_workers <= 256:
             reason = f"--bind-workers must be between 1 and 256, got {bind_workers}"
+        from scheduler.service.metrics import metrics_port_problem, start_metrics_server
+
+        reason = reason or metrics_port_problem(metrics_port, port, grpc_port)
         from scheduler.service.failures import failure_options_from_flags
 
         try:
@@ -284,9 +290,13 @@ def register(app: typer.Typer) -> None:
             fail(str(exc))
         try:
             http_socket = bind_http_socket(host, port)  # first: a taken port fails before any work
+            if metrics_port:
+                from scheduler.service.server import check_free
+
+                check_free(host, metrics_port, "metrics (--metrics-port)")
         except PortError as exc:
             fail(str(exc))
-        grpc_server = None
+        grpc_server = metrics_server = None
         try:
             try:
                 cfg = None
@@ -312,6 +322,10 @@ def register(app: typer.Typer) -> None:
                 from scheduler.service.failures import install_failure_handling
 
                 scheduler.failures = install_failure_handling(scheduler, metrics, failure_options)
+                if metrics_port:  # the same registry as /metrics on --port; a standby serves it too
+                    metrics_server = start_metrics_server(metrics.registry, host, metrics_port)
+                    log.info("metrics: plain HTTP on %s:%d (GET only, no verbs)", host, metrics_port,
+                             extra={"metrics_port": metrics_port})
                 grpc_server = _start_grpc(scheduler, grpc_port, host, tls, verb_auth) if grpc_port and not leader else None
                 if grpc_port and leader:  # a standby has no gRPC listener; check the port now, start it when leading
                     from scheduler.service.server import check_free
@@ -353,5 +367,8 @@ def register(app: typer.Typer) -> None:
         finally:
             if grpc_server is not None:
                 grpc_server.stop(grace=5).wait(10)
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             http_socket.close()
         log_stopped(server.stop_signal())

@@ -3,14 +3,19 @@
 Request latency per verb; gangs pending / reserved / bound and GPUs free are read from the state
 at scrape time by a collector (no bookkeeping on the hot path); reservation expiries and the
 predicted step-time ratio to the lower bound of placed gangs are recorded as they happen.
+
+`/metrics` on the main HTTP port serves `ServiceMetrics.exposition()`; `meshfit serve --metrics-port N`
+also serves the same registry on a port of its own (`start_metrics_server`: prometheus_client's WSGI
+server, plain HTTP, nothing but the metrics), so a NetworkPolicy can admit Prometheus there alone.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Callable, Iterator
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -228,3 +233,25 @@ class ServiceMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text format of everything."""
         return generate_latest(self.registry)
+
+
+def metrics_port_problem(metrics_port: int, port: int, grpc_port: int) -> str:
+    """The one-line reason `--metrics-port` cannot be used with these ports ("" when it can; 0 = off)."""
+    if not 0 <= metrics_port <= 65535:
+        return f"--metrics-port must be between 0 (off) and 65535, got {metrics_port}"
+    if metrics_port and metrics_port == port:
+        return f"--metrics-port and --port must differ, both are {metrics_port}"
+    if metrics_port and metrics_port == grpc_port:
+        return f"--metrics-port and --grpc-port must differ, both are {metrics_port}"
+    return ""
+
+
+def start_metrics_server(registry: CollectorRegistry, host: str, port: int) -> WSGIServer:
+    """Serve `registry` over plain HTTP on host:port in a daemon thread (prometheus_client's own server, which
+    answers every GET path with the metrics); OSError with one line when the port cannot be listened on.
+    Stop it with `.shutdown()` then `.server_close()`."""
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise OSError(f"cannot listen for metrics (--metrics-port) on {host}:{port}: {exc.strerror or exc}") from None
+    return server

@@ -2,7 +2,8 @@
 
 Sources: kube-scheduler `k8s.io/kube-scheduler/config/v1` (KubeSchedulerConfiguration, Extender),
 Kueue v0.19 `apis/kueue/v1beta2` (Topology, ResourceFlavor, AdmissionCheck, ClusterQueue, LocalQueue),
-Prometheus Operator `monitoring.coreos.com/v1` ServiceMonitor, Kubeflow training-operator
+Prometheus Operator `monitoring.coreos.com/v1` ServiceMonitor, cert-manager `cert-manager.io/v1`
+(Certificate, ClusterIssuer), Kubeflow training-operator
 `kubeflow.org/v1` PyTorchJob, Volcano scheduler configuration (`pkg/scheduler/conf`).  Pod
 templates and ObjectMeta are left to the strict `kubernetes` model check.
 """
@@ -122,6 +123,29 @@ SERVICE_MONITOR = resource("monitoring.coreos.com/v1", "ServiceMonitor", closed(
         "followRedirects": BOOL, "enableHttp2": BOOL, "proxyUrl": STRING})),
 }, ("selector",)))
 
+# ----- cert-manager (cert-manager.io/v1: CertificateSpec, IssuerSpec) ---------------------------------
+KEY_USAGES = ("signing", "digital signature", "content commitment", "key encipherment", "key agreement",
+              "data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any", "server auth",
+              "client auth", "code signing", "email protection", "s/mime", "ipsec end system", "ipsec tunnel",
+              "ipsec user", "timestamping", "ocsp signing", "microsoft sgc", "netscape sgc")
+ISSUER_REF = closed({"name": STRING, "kind": {"enum": ["Issuer", "ClusterIssuer"]}, "group": STRING}, ("name",))
+CERTIFICATE = resource("cert-manager.io/v1", "Certificate", closed({
+    "secretName": STRING, "issuerRef": ISSUER_REF, "commonName": STRING, "literalSubject": STRING,
+    "subject": ANY_OBJECT, "duration": DURATION, "renewBefore": DURATION, "renewBeforePercentage": INT,
+    "dnsNames": array(STRING), "ipAddresses": array(STRING), "uris": array(STRING), "emailAddresses": array(STRING),
+    "otherNames": array(ANY_OBJECT), "secretTemplate": ANY_OBJECT, "keystores": ANY_OBJECT, "isCA": BOOL,
+    "usages": array({"enum": list(KEY_USAGES)}), "encodeUsagesInRequest": BOOL, "revisionHistoryLimit": INT,
+    "additionalOutputFormats": array(ANY_OBJECT), "nameConstraints": ANY_OBJECT,
+    "privateKey": closed({"rotationPolicy": {"enum": ["Never", "Always"]}, "encoding": {"enum": ["PKCS1", "PKCS8"]},
+                          "algorithm": {"enum": ["RSA", "ECDSA", "Ed25519"]}, "size": INT}),
+}, ("secretName", "issuerRef")))
+CLUSTER_ISSUER = resource("cert-manager.io/v1", "ClusterIssuer", {
+    **closed({"selfSigned": closed({"crlDistributionPoints": array(STRING)}),
+              "ca": closed({"secretName": STRING, "crlDistributionPoints": array(STRING),
+                            "issuingCertificateURLs": array(STRING), "ocspServers": array(STRING)}, ("secretName",)),
+              "acme": ANY_OBJECT, "vault": ANY_OBJECT, "venafi": ANY_OBJECT}),
+    "minProperties": 1, "maxProperties": 1})
+
 # ----- Kubeflow training operator --------------------------------------------------------------------
 REPLICA_SPEC = closed({"replicas": {"type": "integer", "minimum": 0}, "template": ANY_OBJECT,
                        "restartPolicy": {"enum": ["Always", "OnFailure", "Never", "ExitCode"]}}, ("template",))
@@ -161,6 +185,8 @@ SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
     (KUEUE, "ClusterQueue"): CLUSTER_QUEUE,
     (KUEUE, "LocalQueue"): LOCAL_QUEUE,
     ("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICE_MONITOR,
+    ("cert-manager.io/v1", "Certificate"): CERTIFICATE,
+    ("cert-manager.io/v1", "ClusterIssuer"): CLUSTER_ISSUER,
     ("kubeflow.org/v1", "PyTorchJob"): PYTORCH_JOB,
 }
 """(apiVersion, kind) -> schema of the whole object."""

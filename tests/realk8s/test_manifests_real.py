@@ -11,9 +11,11 @@
 - The RBAC of manifests/meshfit.yaml is applied for real and meshfit's own adapters (binder,
   requeue, evict, Events, rank-table ConfigMap, list of every watched resource) run impersonating
   its ServiceAccount: everything they do is allowed, and a few things meshfit must not do are denied.
-- manifests/kube-scheduler-config.yaml is run by the real kube-scheduler (only its kubeconfig and
-  the extender's address rewritten): /healthz answers and it takes its Lease with the Role from
-  manifests/meshfit-scheduler.yaml; a typo in the config makes the binary refuse to start.
+- manifests/kube-scheduler-config.yaml is run by the real kube-scheduler (only its kubeconfig, the
+  extender's address and its client-certificate files rewritten; the files are made by
+  docs/deployment.md's own openssl commands): /healthz answers and it takes its Lease with the Role
+  from manifests/meshfit-scheduler.yaml; a typo in the config makes the binary refuse to start.
+  (Its extender calls reaching meshfit over mutual TLS: tests/realk8s/test_tls_real.py.)
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import yaml
 
 from scheduler.kube.api import ApiStatusError, request_bytes
 from scheduler.kube.resources import DEFAULT_RESOURCES
-from tests.realk8s.controlplane import ManagedProcess, free_port, http_ok, wait_until
+from tests.kube.test_manifests_tls import make_docs_pki
+from tests.realk8s.controlplane import http_ok, wait_until
+from tests.realk8s.test_tls_real import manifest_scheduler_config, start_kube_scheduler
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 FIELD_MANAGER = "meshfit-manifest-test"
@@ -336,31 +340,14 @@ def test_meshfit_rbac_allows_every_call_meshfit_makes_and_no_more(kube):
 
 
 # ----- the real kube-scheduler runs the manifest's configuration --------------------------------------------
-def start_kube_scheduler(kube, config: dict, name: str) -> tuple[ManagedProcess, int]:
-    """kube-scheduler with `config` (rewritten copy of the manifest) on a free secure port."""
-    plane = kube.control_plane
-    path = plane.run_dir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    port = free_port()
-    process = ManagedProcess(name, [str(plane.bin_dir / "kube-scheduler"), f"--config={path}",
-                                    "--bind-address=127.0.0.1", f"--secure-port={port}", "--v=2"],
-                             plane.logs / f"{name}.log").start()
-    kube.extra_logs.append(process)
-    return process, port
+@pytest.fixture(scope="module")
+def docs_pki(tmp_path_factory) -> Path:
+    """The CA, meshfit's and kube-scheduler's certificates, made by the documented openssl commands."""
+    return make_docs_pki(tmp_path_factory.mktemp("docs-pki"))
 
 
-def manifest_scheduler_config(kube) -> dict:
-    """manifests/kube-scheduler-config.yaml pointed at this control plane (kubeconfig, extender address)."""
-    config = yaml.safe_load((MANIFESTS / "kube-scheduler-config.yaml").read_text())
-    assert "clientConnection" not in config  # in-cluster by default
-    config["clientConnection"] = {"kubeconfig": str(kube.control_plane.scheduler_kubeconfig)}
-    for extender in config["extenders"]:
-        extender["urlPrefix"] = f"http://127.0.0.1:{free_port()}/scheduler"
-    return config
-
-
-def test_real_kube_scheduler_runs_the_manifest_config_and_takes_its_lease(kube):
-    config = manifest_scheduler_config(kube)
+def test_real_kube_scheduler_runs_the_manifest_config_and_takes_its_lease(kube, docs_pki):
+    config = manifest_scheduler_config(kube, docs_pki)
     election = config["leaderElection"]
     ensure_namespace(kube.api_client, election["resourceNamespace"])
     apply_for_real(kube.api_client, [load("meshfit-scheduler.yaml", "Role", "meshfit-scheduler-lease"),
@@ -389,9 +376,9 @@ def test_real_kube_scheduler_runs_the_manifest_config_and_takes_its_lease(kube):
         process.stop()
 
 
-def test_real_kube_scheduler_refuses_a_config_typo(kube):
+def test_real_kube_scheduler_refuses_a_config_typo(kube, docs_pki):
     """The acceptance above means something: the binary decodes its config strictly."""
-    config = manifest_scheduler_config(kube)
+    config = manifest_scheduler_config(kube, docs_pki)
     config["leaderElection"]["leaderElect"] = False
     config["extenders"][0]["nodeCacheCapabl"] = True
     process, _ = start_kube_scheduler(kube, config, "kube-scheduler-typo")

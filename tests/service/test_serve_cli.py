@@ -63,6 +63,10 @@ def test_no_cluster_and_no_in_cluster_config_is_one_line():
     (["--grpc-port", "70000"], "--grpc-port"),
     (["--reservation-ttl", "-1"], "--reservation-ttl"),
     (["--reservation-ttl", "nan"], "--reservation-ttl"),
+    (["--metrics-port", "-1"], "--metrics-port"),
+    (["--metrics-port", "65536"], "--metrics-port"),
+    (["--port", "7001", "--metrics-port", "7001"], "--metrics-port and --port must differ"),
+    (["--grpc-port", "7002", "--metrics-port", "7002"], "--metrics-port and --grpc-port must differ"),
 ])
 def test_bad_flag_values_are_one_line(tmp_path, flags, fragment):
     assert_one_line_error(serve("--cluster", str(cluster_file(tmp_path)), *flags), fragment)

@@ -38,7 +38,10 @@ from topology.model import TopologyError
 
 log = logging.getLogger("meshfit.kueue")
 
-PASS_SECONDS = 1.0
+PASS_SECONDS = 0.2
+"""How often the controller looks for changes (Kueue objects, capacity, the ledger); a pass runs on a change."""
+IDLE_PASS_SECONDS = 2.0
+"""A pass runs at least this often even when nothing changed (re-placing Pending Workloads, retrying writes)."""
 RECHECK_SECONDS = 10.0
 """A Pending Workload is placed again at least this often (and whenever capacity changes)."""
 WRITE_SETTLE_SECONDS = 3.0
@@ -129,14 +132,24 @@ class KueueCheckController:
         return thread
 
     def run(self) -> None:
-        """One pass every `PASS_SECONDS` while `active()` (the leader, cache synced), until `stop` is set."""
+        """While `active()` (the leader, cache synced) and until `stop`: a pass on every change, else every
+        `IDLE_PASS_SECONDS`."""
+        last, last_at = None, 0.0
         while not self.stop.wait(PASS_SECONDS):
             if not self.active() or self.state.generation == 0:
                 continue
+            changes, now = self._changes(), self.clock()
+            if changes == last and now - last_at < IDLE_PASS_SECONDS:
+                continue
+            last, last_at = changes, now
             try:
                 self.pass_once()
             except Exception:  # noqa: BLE001 - one failed pass must not end the controller
                 log.exception("Kueue admission check pass failed; retrying")
+
+    def _changes(self) -> tuple:
+        """What a pass depends on, cheaply (read without the lock): the objects' epoch and the capacity."""
+        return (getattr(self.state, "_objects_epoch", None), *self._capacity())
 
     def pass_once(self) -> int:
         """Decide every Workload naming one of meshfit's checks, then write what changed; returns the writes."""

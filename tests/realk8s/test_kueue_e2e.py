@@ -151,3 +151,30 @@ def test_a_job_deleted_while_reserved_releases_its_reservation(env):
 
     BatchV1Api(kube.api_client).delete_namespaced_job("held", kube.namespace, propagation_policy="Background")
     wait_for(lambda: key not in reservations(), timeout=60, message="reservation released", describe=describe)
+
+
+@pytest.fixture
+def short_ttl_env(kube, kueue_objects, meshfit_scheduler, control_plane):
+    """4 nodes x 8 GPUs; meshfit with a 4 s reservation TTL."""
+    create_nodes(kube.core, 4, gpus=8, leaf_size=4, labels={POOL: kube.namespace})
+    stack = meshfit_scheduler(meshfit_args=("--reservation-ttl", "4"))
+    return kube, kueue_objects, stack, lambda: pending_reasons(kube.core, kube.namespace) + "\n" + kube.tail_logs(25)
+
+
+def test_a_lapsed_reservation_asks_kueue_to_retry_and_is_reserved_again(short_ttl_env):
+    """Another check holds admission past meshfit's reservation TTL: the reservation lapses, meshfit's check says
+    Retry, Kueue evicts and requeues the Workload (retryCount counts it), and meshfit reserves it again."""
+    kube, objects, stack, describe = short_ttl_env
+    other = f"{kube.namespace}-manual"
+    queue = make_queue(objects, kube.namespace, gpus=32, other_checks=[other])
+    activate_check(objects, other)
+    wait_queue_active(queue, describe=describe)
+    submit(kube.api_client, queue, "slow", 2)
+    wait_for(lambda: (check_of(queue, "slow") or {}).get("state") == "Ready", timeout=60,
+             message="meshfit's check Ready", describe=describe)
+    retried = wait_for(lambda: (c := check_of(queue, "slow")) and (c.get("retryCount") or 0) >= 1 and c,
+                       timeout=60, message=lambda _: f"a Retry counted: {check_of(queue, 'slow')}", describe=describe)
+    assert retried["state"] in ("Pending", "Ready", "Retry"), retried
+    wait_for(lambda: (check_of(queue, "slow") or {}).get("state") == "Ready", timeout=60,
+             message="reserved again after the retry", describe=describe)
+    assert job_pods(kube.core, kube.namespace, "slow") == []

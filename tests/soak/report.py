@@ -28,12 +28,14 @@ class SoakReport:
     extender_5xx: dict[int, int]
     failover_503: int
     unreachable: dict[str, int]
+    unreachable_outside: int
     endpoint_polls: int
     longest_outage: float
     unexpected_exits: list[str]
     tracebacks: list[str]
     decisions: dict[str, int]
     meshfit_errors: list[str]
+    error_timelines: list[list[str]]
     violations: list[Violation] = field(default_factory=list)
 
     @classmethod
@@ -46,9 +48,11 @@ class SoakReport:
                    checker_polls=soak.checker.polls, checker_errors=soak.checker.errors,
                    longest_partial=pods.longest_partial, extender_5xx=dict(signals.statuses),
                    failover_503=signals.failover_503, unreachable=dict(signals.unreachable),
+                   unreachable_outside=signals.unreachable_outside,
                    endpoint_polls=signals.endpoint_polls, longest_outage=signals.longest_outage,
                    unexpected_exits=list(soak.stack.unexpected_exits), tracebacks=list(signals.tracebacks),
                    decisions=dict(signals.decisions), meshfit_errors=list(signals.errors),
+                   error_timelines=list(signals.error_timelines),
                    violations=soak.violations.all())
 
     @property
@@ -73,7 +77,7 @@ class SoakReport:
             f"{a.gang_pods} pods), {a.plain} plain pods",
             f"faults: {self.total_faults} in all: " + ", ".join(f"{k} {self.faults.get(k, 0)}" for k in FAULT_KINDS),
             f"jobs: {self.gangs_whole_seen} gangs seen whole by the checker ({s.gangs_whole} by the job controller), "
-            f"{s.gangs_completed} completed, {s.gangs_cancelled} cancelled (never whole in {c.cancel_after:.0f}s); "
+            f"{s.gangs_completed} completed, {s.gangs_cancelled} cancelled (not whole for {c.cancel_after:.0f}s); "
             f"plain pods {s.plain_completed} completed, {s.plain_cancelled} cancelled",
             f"stand-ins: {s.members_created} members created, {s.members_recreated} recreated after a delete, "
             f"{s.deletes_finished} graceful deletes finished (kubelet), {s.pods_collected} pods collected (pod GC), "
@@ -82,8 +86,8 @@ class SoakReport:
             f"{self.longest_partial:.1f}s (limit {c.partial_limit:.0f}s); endpoints polled {self.endpoint_polls} "
             f"times, longest outage {self.longest_outage:.1f}s (limit {c.failover_window:.0f}s)",
             f"extender answers >= 500 seen by kube-scheduler: {self.extender_5xx or 'none'} "
-            f"({self.failover_503} of them 503 during a fail-over); unreachable (no ready replica): "
-            f"{self.unreachable or 'none'}",
+            f"({self.failover_503} of them 503 during a fail-over); transport errors (no ready replica, a killed "
+            f"one's connections): {self.unreachable or 'none'}, {self.unreachable_outside} outside a fail-over",
             "meshfit decisions logged: " + (", ".join(f"{k} {v}" for k, v in sorted(self.decisions.items()))
                                             or "none"),
             f"meshfit processes exiting on their own: {len(self.unexpected_exits)}; tracebacks in meshfit logs: "
@@ -91,6 +95,10 @@ class SoakReport:
             *[f"    {line[:400]}" for line in self.meshfit_errors[:10]],
             f"VIOLATIONS: {len(self.violations)}" + ("" if self.violations else " (none)"),
         ]
+        return "\n".join(lines + self._details(timelines))
+
+    def _details(self, timelines: bool) -> list[str]:
+        lines = []
         for v in self.violations:
             lines.append(f"- [{v.kind}] {v.subject}: first at t={v.first:.1f}s, last at t={v.last:.1f}s, "
                          f"seen {v.count}x: {v.message}")
@@ -99,6 +107,8 @@ class SoakReport:
         if timelines:
             for text in self.unexpected_exits[:5]:
                 lines += ["--- exit:"] + [f"    {line}" for line in text.splitlines()]
+            for story in self.error_timelines[:5]:
+                lines += ["--- meshfit ERROR and its gang's timeline:"] + [f"    {line}" for line in story]
             for text in self.tracebacks[:5]:
                 lines += ["--- traceback:"] + [f"    {line}" for line in text.splitlines()]
-        return "\n".join(lines)
+        return lines

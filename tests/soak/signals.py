@@ -12,8 +12,10 @@ from tests.soak.stack import SoakStack, http_get
 from tests.soak.timeline import Timeline
 
 EXTENDER_STATUS = re.compile(r"failed (\w+) with extender at URL (\S+), code (\d{3})")
-UNREACHABLE = re.compile(r'/scheduler/(\w+)\\?"?: (EOF|.*connection refused|.*connection reset by peer|.*timeout)')
+UNREACHABLE = re.compile(r'Post \\?"\S+/scheduler/(\w+)\\?"?: ')
+"""A transport error on an extender call (EOF, refused, reset, broken pipe, closed idle connection, timeout)."""
 DECISION = re.compile(r"decision=([a-z-]+)")
+GANG_FIELD = re.compile(r"gang=[^/\s]+/(\S+)")
 DUPLICATE = "Error selecting node for pod"
 """kube-scheduler 1.35 logs a failed extender call twice (this line, then "Error scheduling pod; retrying")."""
 SETTLE = 6.0
@@ -54,10 +56,12 @@ class ServiceSignals:
         self.tracebacks: list[str] = []
         self.decisions: Counter = Counter()  # meshfit's logged decisions (bound, preempted, rolled-back, ...)
         self.errors: list[str] = []  # meshfit's own ERROR lines (it logs what it considers a bug at that level)
+        self.error_timelines: list[list[str]] = []  # the first ones naming a gang, with that gang's timeline
         self.endpoint_polls = 0
         self.longest_outage = 0.0
         self.gang_rows: dict[str, dict] = {}
-        self._pending: list[tuple[float, str]] = []  # (when seen, log line) of 503s to judge
+        self.unreachable_outside = 0  # transport errors with no fail-over under way (information, not a violation)
+        self._pending: list[tuple[float, str, int]] = []  # (when seen, log line, code; 0: transport error) to judge
         self._failing: dict[str, tuple[float, str]] = {}
         self._last_poll = 0.0
 
@@ -72,13 +76,20 @@ class ServiceSignals:
                 if decision:
                     self.decisions[decision.group(1)] += 1
                 if " ERROR " in line[:40]:
-                    self.errors.append(f"[{self.timeline.now():.1f}s] {line}")
+                    self._error(line)
                 if line.startswith("Traceback") and len(self.tracebacks) < 20:
                     self.tracebacks.append("\n".join(lines[max(0, i - 2):i + 25]))
         self._judge_503s(now)
         if now - self._last_poll >= self.endpoint_interval:
             self._last_poll = now
             self._endpoints(now)
+
+    def _error(self, line: str) -> None:
+        """Keep one of meshfit's ERROR lines, with the timeline of the gang it names (while it is fresh)."""
+        self.errors.append(f"[t={self.timeline.now():.1f}s] {line}")
+        gang = GANG_FIELD.search(line)
+        if gang and len(self.error_timelines) < 10:
+            self.error_timelines.append([line[:300], *self.timeline.merged(gang.group(1), window=30.0)[-40:]])
 
     def _scheduler_line(self, line: str, now: float) -> None:
         if DUPLICATE in line:
@@ -89,7 +100,7 @@ class ServiceSignals:
             if code >= 500:
                 self.statuses[code] += 1
                 if code == 503:
-                    self._pending.append((now, line))
+                    self._pending.append((now, line, code))
                 else:
                     self.violations.add("5xx", f"{code} {match.group(1)}",
                                         f"kube-scheduler got HTTP {code} from meshfit's {match.group(1)}: "
@@ -98,14 +109,17 @@ class ServiceSignals:
         unreachable = UNREACHABLE.search(line)
         if unreachable:
             self.unreachable[unreachable.group(1)] += 1
+            self._pending.append((now, line, 0))
 
     def _judge_503s(self, now: float) -> None:
         keep = []
-        for seen, line in self._pending:
+        for seen, line, code in self._pending:
             if now - seen < SETTLE:
-                keep.append((seen, line))
+                keep.append((seen, line, code))
             elif self.stack.in_failover(seen, self.window, slack=SETTLE):
-                self.failover_503 += 1
+                self.failover_503 += code == 503
+            elif code == 0:
+                self.unreachable_outside += 1
             else:
                 self.violations.add("5xx", "503 outside fail-over",
                                     "kube-scheduler got 503 from a replica with no fail-over under way (a serving "

@@ -118,3 +118,8 @@ def test_a_500_is_a_violation_and_a_503_only_outside_a_fail_over(tmp_path):
     signals.check(40.0)
     signals.check(47.0)
     assert {v.subject for v in violations.all()} == {"503 outside fail-over", "500 filter"}
+    with log.open("a") as handle:  # a transport error is counted, not a violation
+        handle.write('E1125 err="Post \\"http://127.0.0.1:1/scheduler/bind\\": EOF" pod="a/b"\n')
+    signals.check(50.0)
+    signals.check(57.0)
+    assert signals.unreachable == {"bind": 1} and signals.unreachable_outside == 1 and len(violations.all()) == 2

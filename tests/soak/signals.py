@@ -16,8 +16,9 @@ UNREACHABLE = re.compile(r'Post \\?"\S+/scheduler/(\w+)\\?"?: ')
 """A transport error on an extender call (EOF, refused, reset, broken pipe, closed idle connection, timeout)."""
 DECISION = re.compile(r"decision=([a-z-]+)")
 GANG_FIELD = re.compile(r"gang=[^/\s]+/(\S+)")
-DUPLICATE = "Error selecting node for pod"
-"""kube-scheduler 1.35 logs a failed extender call twice (this line, then "Error scheduling pod; retrying")."""
+SKIP = ("Error selecting node for pod", "event_broadcaster.go", "Event{")
+"""Lines that repeat an extender error already logged: kube-scheduler 1.35 logs a failed call twice (this line, then
+"Error scheduling pod; retrying"), and an Event the API server rejected is dumped with its message."""
 SETTLE = 6.0
 """Seconds a 503 waits before it is judged (a replica's exit is noticed up to a supervisor round late)."""
 
@@ -92,7 +93,7 @@ class ServiceSignals:
             self.error_timelines.append([line[:300], *self.timeline.merged(gang.group(1), window=30.0)[-40:]])
 
     def _scheduler_line(self, line: str, now: float) -> None:
-        if DUPLICATE in line:
+        if any(marker in line for marker in SKIP):
             return
         match = EXTENDER_STATUS.search(line)
         if match:

@@ -66,6 +66,8 @@ class Answer:
 
     state: str | None
     message: str = ""
+    key: str | None = None
+    """The gang a Ready answer reserved (its entry standing keeps the answer without re-reading the Workload)."""
 
 
 @dataclass
@@ -229,11 +231,16 @@ class KueueCheckController:
         if seen is not None and seen.answer.state == PENDING and seen.capacity == capacity \
                 and now - seen.evaluated_at < RECHECK_SECONDS:
             return seen.answer
+        if seen is not None and seen.answer.state == READY and (seen.answer.key is None or self._holds(seen.answer.key)):
+            return seen.answer  # still reserved (or bound): nothing to re-read
         answer = self._decide(workload, uid)
         if answer.state is not None:
             previous = seen.written if seen is not None else {}
             self.seen[uid] = _Seen(answer, now, self._capacity(), previous)
         return answer
+
+    def _holds(self, key: str) -> bool:
+        return key in self.state.ledger.entries or any(r.node for r in self.state.gang_index.get(key, {}).values())
 
     def _decide(self, workload: Mapping[str, Any], uid: str) -> Answer:
         """The answer for one quota-reserved Workload (see the module docstring); reserves when it fits."""
@@ -248,9 +255,9 @@ class KueueCheckController:
         if entry is not None:
             if self.made.get(key, uid) != uid:
                 return Answer(PENDING, f"gang {key} is still held for an earlier Workload of that name")
-            return Answer(READY, ready_message(entry))
+            return Answer(READY, ready_message(entry), key)
         if any(r.node for r in self.state.gang_index.get(key, {}).values()):
-            return Answer(READY, f"gang {key}: its pods are bound")
+            return Answer(READY, f"gang {key}: its pods are bound", key)
         if self.made.get(key) == uid:
             del self.made[key]
             return Answer(RETRY, f"meshfit's reservation of gang {key} lapsed before its pods were bound (they did "
@@ -262,7 +269,7 @@ class KueueCheckController:
             return Answer(REJECTED, reason)
         where = f"Kueue admission check of Workload {wl.meta(workload).get('namespace')}/{wl.meta(workload).get('name')}"
         entry, reason = self.reserve(gang, member, wl.priority_of(workload), uid, where)
-        return Answer(READY, ready_message(entry)) if entry is not None else Answer(PENDING, reason)
+        return Answer(READY, ready_message(entry), key) if entry is not None else Answer(PENDING, reason)
 
     def _write(self, workload: Mapping[str, Any], uid: str, check: str, entry: Mapping[str, Any],
                answer: Answer) -> Callable[[], None] | None:

@@ -108,6 +108,8 @@ class ClusterState(GangObjectsMixin):
         """Kubernetes mode: one direct GET of a pod the watch has not shown yet (None: no lookup, such pods are
         refused)."""
         self._missing: dict[tuple[str, str, str], float] = {}
+        self.gang_evicted: Callable[[str, set[str]], None] | None = None
+        """Called (under the lock) when every bound member of a gang is terminating (see `_whole_gang_terminating`)."""
         self.member_pending: Callable[[PodRecord], None] | None = None
         """Called (under the lock) when the watch reports a pending gang member (the direct binder's trigger)."""
         self.requested: dict[str, dict[str, Any]] = {}
@@ -399,6 +401,8 @@ class ClusterState(GangObjectsMixin):
         if record.phase in FINISHED_PHASES:
             self.ledger.release_slot(member.gang_key, member.index)
         elif record.node:
+            if record.terminating and self._whole_gang_terminating(member.gang_key):
+                return
             entry = self.ledger.get(member.gang_key)
             slot = entry.slots.get(member.index) if entry is not None else None
             if record.terminating and (slot is None or slot.pod != record.name):
@@ -408,6 +412,16 @@ class ClusterState(GangObjectsMixin):
             self.ledger.note_given(member.gang_key, record.given)
         else:
             self.ledger.note_pod(member.gang_key, member.index, record.name)
+
+    def _whole_gang_terminating(self, gang_key: str) -> bool:
+        """True (and `gang_evicted` told) when every bound member of the gang is terminating: the whole gang is being
+        evicted by someone else, so none of its slots may be kept for replacements."""
+        bound = [r for r in self.gang_index.get(gang_key, {}).values() if r.node and r.uid not in self.superseded]
+        if not bound or not all(r.terminating for r in bound):
+            return False
+        if self.gang_evicted is not None:
+            self.gang_evicted(gang_key, {r.uid for r in bound})
+        return True
 
     def _forget(self, record: PodRecord) -> None:
         self._unindex(record)

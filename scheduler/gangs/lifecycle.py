@@ -47,7 +47,7 @@ TRANSITIONS: dict[tuple[Phase, Phase], str] = {
     (P.GONE, P.BINDING): "restored", (P.GONE, P.BOUND): "restored", (P.GONE, P.REPAIRING): "restored",
     (P.RESERVED, P.WAITING): "released", (P.RESERVED, P.GONE): "released", (P.WAITING, P.GONE): "withdrawn",
     (P.BINDING, P.RESERVED): "released", (P.BINDING, P.REPAIRING): "member-lost", (P.BOUND, P.REPAIRING): "member-lost",
-    (P.BOUND, P.BINDING): "member-lost",
+    (P.BOUND, P.BINDING): "member-lost", (P.BOUND, P.RESERVED): "member-lost",
     (P.REPAIRING, P.BINDING): "repaired", (P.REPAIRING, P.BOUND): "repaired",
     (P.REPAIRING, P.RESERVED): "repaired",
     (P.ROLLING_BACK, P.GONE): "re-placed", (P.ROLLING_BACK, P.WAITING): "re-placed",

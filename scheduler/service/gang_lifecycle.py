@@ -366,6 +366,7 @@ class GangLifecycle:
     def rollback(self, entry: Reservation, reason: str) -> None:
         """Roll the gang back whole: evict its bound members, release every slot, place it afresh later."""
         key = entry.gang_key
+        self.observe(key)  # the phase it is leaving (a gang rebuilt by a re-list may not be recorded yet)
         message = f"gang {key} rolled back: {reason}; its bound members are evicted and the gang placed afresh"
         log.warning(message, extra={"gang": key, "decision": "rolled-back"})
         self.counters["rollbacks"] += 1
@@ -378,6 +379,20 @@ class GangLifecycle:
         self.state.ledger.unreserve(key)
         if evicted:
             self.rolling_back[key] = evicted
+        self.observe(key)
+
+    def evicted_whole(self, key: str, uids: set[str]) -> None:
+        """Every bound member of the gang is being deleted by someone else (kube-scheduler's preemption, a user):
+        hold nothing for it -- the room goes to whoever evicted it -- and place it afresh once they are gone."""
+        if key in self.rolling_back:
+            return
+        self.observe(key)
+        entry = self.state.ledger.get(key)
+        if entry is not None:
+            self.state.ledger.unreserve(key)
+        self.rolling_back[key] = set(uids)
+        log.warning("gang %s: all its bound members are being deleted (preempted or removed); it holds nothing and "
+                    "is placed afresh once they are gone", key, extra={"gang": key, "decision": "evicted"})
         self.observe(key)
 
     def _requeue_overdue(self, entry: Reservation, now: float) -> None:

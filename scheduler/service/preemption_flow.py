@@ -191,9 +191,11 @@ class PreemptionFlow:
                 lifecycle.dispatcher.evict(ref, message)
                 evicted.append(ref)
         if victim.is_gang:
+            lifecycle.observe(victim.key)  # the phase it is leaving
             self.state.ledger.unreserve(victim.key)
             if evicted:  # not placed again until its evicted members are gone
                 lifecycle.rolling_back[victim.key] = {ref.uid for ref in evicted}
+            lifecycle.observe(victim.key)
         return evicted
 
     # ----- follow-up ---------------------------------------------------------------------------

@@ -90,6 +90,7 @@ class GangScheduler:
         self.actions = actions if actions is not None else MemoryActions()
         self.dispatcher = ActionDispatcher(self.actions, synchronous=synchronous_actions)
         self.lifecycle = GangLifecycle(state, self.dispatcher, policy, state.ledger.clock, completion_timeout)
+        state.gang_evicted = self.lifecycle.evicted_whole
         self.preemption = PreemptionFlow(state, self.lifecycle, self.rank_tables, enabled=preemption)
         self.elastic = ElasticGangs(self)
         self.observe_binding: Callable[[str, float, bool], None] = lambda by, seconds, ok: None

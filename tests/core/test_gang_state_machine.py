@@ -55,3 +55,16 @@ def test_phase_of_reads_the_ledger():
     assert phase_of(None, rolling_back=False, waiting=False) == Phase.GONE
     assert phase_of(None, rolling_back=False, waiting=True) == Phase.WAITING
     assert phase_of(None, rolling_back=True, waiting=True) == Phase.ROLLING_BACK
+
+
+def test_a_gang_rebuilt_by_a_relist_and_rolled_back_at_once_is_restored_first():
+    """Soak finding: a new leader rolled back (or preempted) gangs it had rebuilt from its re-list before its periodic
+    pass ever recorded them: gone -> rolling-back, which the table does not allow."""
+    bound = [gang_pod("g", i, 3, node=f"n-0-{i}", phase="Running") for i in range(2)]  # pod 2 never came
+    service = make_service(make_nodes(racks=1, nodes_per_rack=4), pods=bound, rebuild=True, actions=MemoryActions(),
+                           synchronous_actions=True, completion_timeout=30)
+    service.clock.advance(31)
+    service.scheduler.tick()  # the first pass of the new leader rolls it back
+    machine = service.scheduler.lifecycle.machine
+    assert machine.counts["rolled-back"] == 1 and machine.counts["restored"] == 1
+    assert machine.unexpected == []

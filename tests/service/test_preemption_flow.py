@@ -293,3 +293,32 @@ def test_real_preempt_body_for_a_gang_member_gets_no_node_and_meshfit_evicts_one
     assert len(evicted(actions)) == 2 and set(evicted(actions)) <= {v["metadata"]["name"] for v in victims}
     [(_, message)] = events(actions, "GangPreempting")
     assert "16 GPUs freed" in message
+
+
+def test_a_gang_kube_scheduler_preempts_whole_holds_nothing_for_its_recreated_members():
+    """Soak finding: an elastic 2 x 1-GPU gang alone on a node, preempted whole through /preempt by a plain pod;
+    its slots were re-held on the same node as its pods went, so the preemptor found no room there."""
+    nodes = make_nodes(racks=1, nodes_per_rack=1)
+    service = make_service(nodes, actions=MemoryActions(), synchronous_actions=True)
+    members = [gang_pod("low", i, 2, gpus=4) for i in range(2)]
+    for pod in members:
+        [node] = filter_nodes(service.filter(pod))
+        assert service.bind(pod, node) == {"Error": ""}
+        pod["spec"]["nodeName"], pod["status"]["phase"] = node, "Running"
+        service.state.upsert_pod(pod)
+    assert service.state.ledger.get("default/low").status == "bound"
+    for pod in members:  # kube-scheduler deletes the victims it chose: they turn terminating, one by one
+        pod["metadata"]["deletionTimestamp"] = "2026-11-25T00:00:00Z"
+        pod["metadata"]["resourceVersion"] = "7"
+        service.state.upsert_pod(pod)
+    service.state.delete_pod("default", "low-0")
+    recreated = gang_pod("low", 0, 2, gpus=4, uid="new-0")
+    service.state.upsert_pod(recreated)  # its controller recreates it before the other victim is gone
+    service.state.delete_pod("default", "low-1")
+    service.scheduler.tick()
+    entry = service.state.ledger.get("default/low")
+    assert entry is None or entry.node_of(0) is None  # nothing held for it on the preemptor's node
+    assert service.state.topology.node_by_name["n-0-0"].gpus_free == 8  # the room is the preemptor's
+    preemptor = make_pod("urgent", 8)
+    assert filter_nodes(service.filter(preemptor)) == ["n-0-0"]
+    assert service.scheduler.lifecycle.machine.unexpected == []

@@ -335,9 +335,6 @@ def test_kueue_example_wires_flavor_topology_and_queues():
     check = find("AdmissionCheck", "meshfit-topology")
     assert check["spec"]["controllerName"] == "meshfit.io/topology"
     assert queue["spec"]["admissionChecksStrategy"]["admissionChecks"] == [{"name": check["metadata"]["name"]}]
-    check = find("AdmissionCheck", "meshfit-topology")
-    assert check["spec"]["controllerName"] == "meshfit.io/topology"
-    assert queue["spec"]["admissionChecksStrategy"]["admissionChecks"] == [{"name": check["metadata"]["name"]}]
 
 
 def test_example_pytorchjob_is_a_valid_gang():

@@ -213,3 +213,74 @@ def pending_reasons(core: CoreV1Api, namespace: str, limit: int = 5) -> str:
 def names(objs: Iterable[Any]) -> list[str]:
     """metadata.name of kubernetes model objects."""
     return [o.metadata.name for o in objs]
+
+
+# ----- Indexed batch/v1 Jobs (the real Job controller creates, and recreates, the members) -------------------
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+JOB_NAME_LABEL = "job-name"
+"""Set on a Job's pods by every version (1.27+ also sets `batch.kubernetes.io/job-name`)."""
+
+
+def indexed_job_body(namespace: str, name: str, pods: int, gpus_per_pod: int, parallelism: str | None = None,
+                     priority_class: str | None = None, annotations: Mapping[str, str] | None = None,
+                     backoff_limit: int = 1000, backoff_limit_per_index: int | None = None,
+                     extra_spec: Mapping[str, Any] | None = None) -> dict:
+    """An Indexed Job whose `pods` pods (completions = parallelism) form one meshfit gang of `gpus_per_pod` GPUs
+    each; `meshfit.io/parallelism` (default `tp=<gpus>,dp=<pods>`) and `annotations` go on the pod template.
+
+    `backoff_limit_per_index` (Kubernetes 1.29+, None = unset) makes the controller's recreation delay per
+    completion index (10 s after an index's first failure) instead of job-wide (10 s x 2^(failures-1))."""
+    spec: dict = {"schedulerName": SCHEDULER_NAME, "restartPolicy": "Never",
+                  "containers": [_container(gpus_per_pod, None)]}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    spec.update(extra_spec or {})
+    template_annotations = {PARALLELISM: parallelism or f"tp={gpus_per_pod},dp={pods}", **(annotations or {})}
+    job_spec: dict = {"completionMode": "Indexed", "completions": pods, "parallelism": pods,
+                      "backoffLimit": backoff_limit,
+                      "template": {"metadata": {"annotations": template_annotations}, "spec": spec}}
+    if backoff_limit_per_index is not None:
+        job_spec["backoffLimitPerIndex"] = backoff_limit_per_index
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
+            "spec": job_spec}
+
+
+def create_indexed_job(api_client: Any, namespace: str, name: str, pods: int, gpus_per_pod: int,
+                       **options: Any) -> dict:
+    """Create an Indexed Job (`indexed_job_body` options); returns the body sent."""
+    from kubernetes.client import BatchV1Api
+    body = indexed_job_body(namespace, name, pods, gpus_per_pod, **options)
+    BatchV1Api(api_client).create_namespaced_job(namespace, body)
+    return body
+
+
+def completion_index(pod: Any) -> int:
+    """The completion index the Job controller gave a pod (annotation on every version, label from 1.28)."""
+    return int((pod.metadata.annotations or {})[COMPLETION_INDEX])
+
+
+def job_pods(core: CoreV1Api, namespace: str, job: str) -> tuple[dict[int, list[Any]], list[Any], list[Any]]:
+    """Job `job`'s pods: ({completion index: live pods}, pods being deleted, finished pods kept as history).
+
+    Live = not being deleted and not finished; a finished pod (Failed, Succeeded) not being deleted is what the
+    Job controller leaves behind after a failure (it stays until the Job is deleted)."""
+    live: dict[int, list[Any]] = defaultdict(list)
+    terminating, finished = [], []
+    for pod in core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={job}").items:
+        if pod.metadata.deletion_timestamp is not None:
+            terminating.append(pod)
+        elif pod.status.phase in ("Failed", "Succeeded"):
+            finished.append(pod)
+        else:
+            live[completion_index(pod)].append(pod)
+    return dict(live), terminating, finished
+
+
+def gpu_overcommit(core: CoreV1Api) -> dict[str, tuple[int, int]]:
+    """{node: (GPUs requested by pods bound to it, allocatable)} for every existing node over its allocatable.
+
+    Pods still bound to a deleted Node hold nothing (the machine is gone); pods being deleted still hold
+    their GPUs (a kubelet would still be stopping them)."""
+    allocatable = {n.metadata.name: int((n.status.allocatable or {}).get(GPU, 0)) for n in core.list_node().items}
+    return {node: (used, allocatable[node]) for node, used in bound_gpus(core).items()
+            if node in allocatable and used > allocatable[node]}

@@ -377,11 +377,14 @@ class ClusterState(GangObjectsMixin):
             self._forget(old)  # the uid now names another pod: the old one is gone, with its name, GPUs and slot
             old = None
         if old is not None and old.member is not None:
-            self.gang_index.get(old.member.gang_key, {}).pop(old.uid, None)
+            members = self.gang_index.get(old.member.gang_key, {})
+            members.pop(old.uid, None)
+            if not members:
+                self.gang_index.pop(old.member.gang_key, None)
         self.pods[record.uid] = record
         self._uid_by_name[(record.namespace, record.name)] = record.uid
-        if record.member is not None:
-            self.gang_index.setdefault(record.member.gang_key, {})[record.uid] = record
+        if record.member is not None and record.phase not in FINISHED_PHASES:  # a Failed or Succeeded pod is
+            self.gang_index.setdefault(record.member.gang_key, {})[record.uid] = record  # no member any more
 
     def _unindex(self, record: PodRecord) -> None:
         self._account(record, None)
@@ -411,7 +414,18 @@ class ClusterState(GangObjectsMixin):
                 self.ledger.record_bound(gang_from_membership(member), member.index, record.name, record.node)
             self.ledger.note_given(member.gang_key, record.given)
         else:
+            entry = self.ledger.get(member.gang_key)
+            slot = entry.slots.get(member.index) if entry is not None else None
+            if slot is not None and slot.pod not in (None, record.name) and not self._live_member(slot.pod,
+                                                                                                record.namespace):
+                slot.pod = None  # the slot still names a pod that is gone or finished: it is this pod's now
             self.ledger.note_pod(member.gang_key, member.index, record.name)
+
+    def _live_member(self, name: str, namespace: str) -> bool:
+        """True while pod `namespace/name` exists, is not finished and is not being deleted."""
+        uid = self._uid_by_name.get((namespace, name))
+        record = self.pods.get(uid) if uid is not None else None
+        return record is not None and record.phase not in FINISHED_PHASES and not record.terminating
 
     def _whole_gang_terminating(self, gang_key: str) -> bool:
         """True (and `gang_evicted` told) when every bound member of the gang is terminating: the whole gang is being

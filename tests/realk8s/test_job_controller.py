@@ -21,8 +21,8 @@ What the Job controller does that a test "playing the controller" did not:
 End states are asserted strictly (every completion index has exactly one live pod; the gang is bound whole with
 the same `meshfit.io/ranks` per index, or waits whole with nothing bound; no evicted pod left; no GPU
 over-committed at any poll), and each test prints the time from meshfit's eviction to the gang whole again
-(`pytest -s`).  One test is a strict xfail naming a meshfit bug: a member whose container fails (phase Failed;
-the Job controller keeps the pod and creates a new one for its index) is never re-placed.
+(`pytest -s`).  A member whose container fails (phase Failed; the Job controller keeps the pod and creates a new
+one for its index) is re-placed too: its new pod takes the slot (this was a meshfit bug, fixed with this test).
 """
 
 from __future__ import annotations
@@ -337,11 +337,6 @@ def container_fails(kube, pod: Any, exit_code: int = 1) -> None:
                                                         "startedAt": now, "finishedAt": now}}}]}})
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "meshfit bug: a failed member kept by the Job controller (phase Failed, not deleted) is still read as a pending "
-    "member of its gang: the recreated pod is refused ('pods disagree': the failed pod's bind-time "
-    "meshfit.io/rank-order vs the template's unset one) and meshfit requeues the Failed pod and re-holds its slot "
-    "every ~2 s (two pod writes and a GangReserved Event per cycle), so the gang stays partly bound"))
 def test_a_member_whose_container_fails_is_recreated_by_the_job_controller_and_rebound_with_its_rank(
         kube, meshfit_scheduler, job_options):
     size = 4

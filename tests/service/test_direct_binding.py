@@ -257,6 +257,36 @@ def test_a_pod_of_another_scheduler_profile_is_never_bound_by_meshfit():
     assert "g-1" not in service.binder.calls
 
 
+def test_a_failed_members_new_pod_takes_its_slot_and_binds():
+    """Job-controller finding: a member whose container failed stays as a Failed pod while the Job controller
+    creates a new pod for its index; the Failed pod was taken for the member (pods disagreed, it was requeued
+    every 2 s) and the new pod never bound."""
+    service = direct_service()
+    pods = members("g", 4)
+    watch(service, pods)
+    [node] = filter_nodes(service.filter(pods[0]))
+    assert service.bind(pods[0], node) == {"Error": ""}
+    for pod in pods:  # the watch reports them bound, with the annotations meshfit's Bindings wrote
+        binding = service.binder.bindings[("default", pod["metadata"]["name"])]
+        pod["spec"]["nodeName"], pod["status"]["phase"] = binding.node, "Running"
+        pod["metadata"]["annotations"].update(binding.annotations)
+        pod["metadata"]["resourceVersion"] = "2"
+    watch(service, pods)
+    assert service.state.ledger.get("default/g").status == "bound"
+    pods[2]["status"]["phase"], pods[2]["metadata"]["resourceVersion"] = "Failed", "3"
+    watch(service, [pods[2]])
+    again = members("g", 4)[2]
+    again["metadata"].update(name="g-2-b", uid="uid-g-2-b")  # the Job controller's new pod for index 2
+    watch(service, [again])
+    service.scheduler.tick()
+    service.clock.advance(6)  # past the direct binder's grace for pods kube-scheduler is working on
+    service.scheduler.tick()
+    assert ("default", "g-2-b") in service.binder.bindings
+    entry = service.state.ledger.get("default/g")
+    assert entry.status == "bound" and entry.slots[2].pod == "g-2-b"
+    assert not [c for c in service.scheduler.actions.of("requeue") if c.pod.name == "g-2"]
+
+
 @pytest.fixture(autouse=True)
 def _no_unexpected_transition(monkeypatch):
     """Every service built in these tests keeps its gang state machine inside the allowed transitions."""

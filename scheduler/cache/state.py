@@ -26,6 +26,8 @@ from scheduler.cache.pod_record import PodRecord, int_or_zero
 from scheduler.gangs.rendezvous import given_from_annotations
 from scheduler.gangs.ledger import DEFAULT_TTL_SECONDS, ReservationLedger
 from scheduler.gangs.spares import parse_gang_spares
+from scheduler.cache.node_usage import NodeUsage
+from scheduler.cache.request_pods import RequestPods
 from scheduler.cache.state_objects import GangObjectsMixin
 from topology.builder import HOST_LABEL, HOST_LEVEL
 from topology.config import as_config
@@ -64,7 +66,7 @@ def _meta(obj: dict) -> tuple[str, str]:
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
-class ClusterState(GangObjectsMixin):
+class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
     """Nodes, pods, gang objects and reservations behind one lock; see the module docstring."""
 
     def __init__(self, config: Any = None, tolerations: Iterable[Any] = (),
@@ -280,94 +282,6 @@ class ClusterState(GangObjectsMixin):
                 self.member_pending(record)
         return record
 
-    def _track_request_only(self, record: PodRecord) -> None:
-        """Bound the pods known only from request bodies: past `max_request_only_pods`, forget the oldest
-        that hold nothing (unbound; a gang member's slot stays held for it, see `_forget`)."""
-        self._request_only.pop(record.uid, None)
-        if record.from_watch:
-            return
-        self._request_only[record.uid] = None
-        while len(self._request_only) > self.max_request_only_pods:
-            uid = next(iter(self._request_only))
-            del self._request_only[uid]
-            old = self.pods.get(uid)
-            if old is not None and not old.node and not old.from_watch:
-                self._forget(old)
-
-    def observe_pending_pod(self, pod: dict) -> PodRecord:
-        """Note a pod seen in a scheduling request, unless the state already knows it bound.
-
-        In Kubernetes mode (`watch_is_truth`) a body only *selects*: a pod the watch already reported is
-        taken as the watch has it; a body whose uid contradicts the watch (a forged or stale body reusing a
-        name or a uid) gets an unindexed record carrying an error, changing nothing; and a pod the watch has
-        not shown is looked up with at most one direct GET (`pod_lookup`: a brand-new pod may be ahead of
-        the watch) -- if the API server has no such pod, the answer is an error and nothing is reserved.
-        """
-        namespace, name = _meta(pod)
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
-        with self.lock:
-            answer = self._select(pod, namespace, name, uid)
-            if answer is not None or not self.watch_is_truth:
-                return answer if answer is not None else self.upsert_pod(pod, from_watch=False)
-        found = self._look_up(namespace, name, uid)  # off the lock: one API round trip
-        with self.lock:
-            answer = self._select(pod, namespace, name, uid)  # the watch may have delivered it meanwhile
-            if answer is not None:
-                return answer
-            found_uid = str(((found or {}).get("metadata") or {}).get("uid") or "")
-            if found is None or (uid and found_uid != uid):
-                return PodRecord(uid, namespace, name, 0, None, "Pending", member_error=(
-                    f"pod {namespace}/{name} (uid {uid or 'none'}) does not exist in the API server (not in "
-                    f"meshfit's watch, and a direct GET found {'another uid' if found else 'nothing'}); "
-                    f"nothing is reserved for it"))
-            return self.upsert_pod(found, from_watch=True)
-
-    def _select(self, pod: dict, namespace: str, name: str, uid: str) -> PodRecord | None:
-        """The record a request body selects, an error record, or None (not known: look it up / upsert)."""
-        known = self.pod(namespace, name)
-        if self.watch_is_truth:
-            by_uid = self.pods.get(uid)
-            if known is not None and known.from_watch and known.uid == uid:
-                return known
-            if (known is not None and known.from_watch) or (by_uid is not None and by_uid.from_watch):
-                return PodRecord(uid, namespace, name, 0, None, "Pending", member_error=(
-                    f"pod {namespace}/{name} (uid {uid or 'none'}) does not match the pod the API server has "
-                    f"under that name or uid; not scheduling it until the watch catches up"))
-            return None
-        if known is not None and known.node and not (pod.get("spec") or {}).get("nodeName"):
-            return known
-        return None
-
-    def _look_up(self, namespace: str, name: str, uid: str) -> dict | None:
-        """`pod_lookup(namespace, name)`, remembering misses for a second (a flood of unknown names costs one GET
-        each at most once a second, never state)."""
-        key, now = (namespace, name, uid), time.monotonic()
-        if self.pod_lookup is None or self._missing.get(key, 0.0) > now:
-            return None
-        try:
-            found = self.pod_lookup(namespace, name)
-        except Exception:  # noqa: BLE001 - an unreachable API server: treat as not found, the pod comes back
-            found = None
-        if found is None:
-            if len(self._missing) > 10_000:
-                self._missing = {k: t for k, t in self._missing.items() if t > now}
-            self._missing[key] = now + 1.0
-        return found
-
-    def _account(self, record: PodRecord, node: str | None) -> None:
-        """Count `record`'s requests on `node` (None: nowhere) in `requested`, moving them off where they were."""
-        if record.needs is None:
-            return
-        if record.accounted_on is not None:
-            used = self.requested.get(record.accounted_on, {})
-            for resource, value in record.needs.requests.items():
-                used[resource] = used.get(resource, 0) - value
-        record.accounted_on = node
-        if node is not None:
-            used = self.requested.setdefault(node, {})
-            for resource, value in record.needs.requests.items():
-                used[resource] = used.get(resource, 0) + value
-
     def _index(self, record: PodRecord) -> None:
         old = self.pods.get(record.uid)
         if old is not None and old is not record:
@@ -420,22 +334,6 @@ class ClusterState(GangObjectsMixin):
                                                                                                 record.namespace):
                 slot.pod = None  # the slot still names a pod that is gone or finished: it is this pod's now
             self.ledger.note_pod(member.gang_key, member.index, record.name)
-
-    def _live_member(self, name: str, namespace: str) -> bool:
-        """True while pod `namespace/name` exists, is not finished and is not being deleted."""
-        uid = self._uid_by_name.get((namespace, name))
-        record = self.pods.get(uid) if uid is not None else None
-        return record is not None and record.phase not in FINISHED_PHASES and not record.terminating
-
-    def _whole_gang_terminating(self, gang_key: str) -> bool:
-        """True (and `gang_evicted` told) when every bound member of the gang is terminating: the whole gang is being
-        evicted by someone else, so none of its slots may be kept for replacements."""
-        bound = [r for r in self.gang_index.get(gang_key, {}).values() if r.node and r.uid not in self.superseded]
-        if not bound or not all(r.terminating for r in bound):
-            return False
-        if self.gang_evicted is not None:
-            self.gang_evicted(gang_key, {r.uid for r in bound})
-        return True
 
     def _forget(self, record: PodRecord) -> None:
         self._unindex(record)

@@ -33,7 +33,7 @@ from scheduler.gangs.reserve_ops import shortfall_reason
 from scheduler.placement.capacity import resolve_level
 from scheduler.placement.jobs import JobSpecError
 from scheduler.service import kueue_workloads as wl
-from scheduler.service.gang_lifecycle import usage_of
+from scheduler.service.gang_admission import usage_of
 from topology.model import TopologyError
 
 log = logging.getLogger("meshfit.kueue")

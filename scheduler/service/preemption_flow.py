@@ -272,7 +272,7 @@ class PreemptionFlow:
             self._end(key, now)
             return
         if head is not None:
-            from scheduler.service.gang_lifecycle import usage_of
+            from scheduler.service.gang_admission import usage_of
 
             if delays_head(topo, head, usage_of(placement, topo)):
                 return  # a partly bound gang's missing members come first

@@ -1,0 +1,106 @@
+"""Pods named in scheduling requests (a mixin of `ClusterState`): what a request body may select, and what not.
+
+In Kubernetes mode the API server is the truth: a body selects a pod the watch reported, never overwrites it,
+and a pod the watch has not shown is looked up with at most one GET -- a request never creates state.  In the
+embedded mode (and tests) bodies are the pods; how many such pods are kept is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from scheduler.cache.pod_record import PodRecord
+
+
+class RequestPods:
+    """`observe_pending_pod` and its helpers; mixed into `ClusterState` (it provides `lock`, `pods`, `pod`,
+    `upsert_pod`, `_forget`, `watch_is_truth`, `pod_lookup`, `_missing`, `_request_only` and
+    `max_request_only_pods`)."""
+
+    lock: Any
+    pods: dict
+    watch_is_truth: bool
+    pod_lookup: Callable[[str, str], dict | None] | None
+    _missing: dict
+    _request_only: dict
+    max_request_only_pods: int
+
+    def _track_request_only(self, record: PodRecord) -> None:
+        """Bound the pods known only from request bodies: past `max_request_only_pods`, forget the oldest
+        that hold nothing (unbound; a gang member's slot stays held for it, see `_forget`)."""
+        self._request_only.pop(record.uid, None)
+        if record.from_watch:
+            return
+        self._request_only[record.uid] = None
+        while len(self._request_only) > self.max_request_only_pods:
+            uid = next(iter(self._request_only))
+            del self._request_only[uid]
+            old = self.pods.get(uid)
+            if old is not None and not old.node and not old.from_watch:
+                self._forget(old)
+
+    def observe_pending_pod(self, pod: dict) -> PodRecord:
+        """Note a pod seen in a scheduling request, unless the state already knows it bound.
+
+        In Kubernetes mode (`watch_is_truth`) a body only *selects*: a pod the watch already reported is
+        taken as the watch has it; a body whose uid contradicts the watch (a forged or stale body reusing a
+        name or a uid) gets an unindexed record carrying an error, changing nothing; and a pod the watch has
+        not shown is looked up with at most one direct GET (`pod_lookup`: a brand-new pod may be ahead of
+        the watch) -- if the API server has no such pod, the answer is an error and nothing is reserved.
+        """
+        namespace, name = _meta_of(pod)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        with self.lock:
+            answer = self._select(pod, namespace, name, uid)
+            if answer is not None or not self.watch_is_truth:
+                return answer if answer is not None else self.upsert_pod(pod, from_watch=False)
+        found = self._look_up(namespace, name, uid)  # off the lock: one API round trip
+        with self.lock:
+            answer = self._select(pod, namespace, name, uid)  # the watch may have delivered it meanwhile
+            if answer is not None:
+                return answer
+            found_uid = str(((found or {}).get("metadata") or {}).get("uid") or "")
+            if found is None or (uid and found_uid != uid):
+                return PodRecord(uid, namespace, name, 0, None, "Pending", member_error=(
+                    f"pod {namespace}/{name} (uid {uid or 'none'}) does not exist in the API server (not in "
+                    f"meshfit's watch, and a direct GET found {'another uid' if found else 'nothing'}); "
+                    f"nothing is reserved for it"))
+            return self.upsert_pod(found, from_watch=True)
+
+    def _select(self, pod: dict, namespace: str, name: str, uid: str) -> PodRecord | None:
+        """The record a request body selects, an error record, or None (not known: look it up / upsert)."""
+        known = self.pod(namespace, name)
+        if self.watch_is_truth:
+            by_uid = self.pods.get(uid)
+            if known is not None and known.from_watch and known.uid == uid:
+                return known
+            if (known is not None and known.from_watch) or (by_uid is not None and by_uid.from_watch):
+                return PodRecord(uid, namespace, name, 0, None, "Pending", member_error=(
+                    f"pod {namespace}/{name} (uid {uid or 'none'}) does not match the pod the API server has "
+                    f"under that name or uid; not scheduling it until the watch catches up"))
+            return None
+        if known is not None and known.node and not (pod.get("spec") or {}).get("nodeName"):
+            return known
+        return None
+
+    def _look_up(self, namespace: str, name: str, uid: str) -> dict | None:
+        """`pod_lookup(namespace, name)`, remembering misses for a second (a flood of unknown names costs one GET
+        each at most once a second, never state)."""
+        key, now = (namespace, name, uid), time.monotonic()
+        if self.pod_lookup is None or self._missing.get(key, 0.0) > now:
+            return None
+        try:
+            found = self.pod_lookup(namespace, name)
+        except Exception:  # noqa: BLE001 - an unreachable API server: treat as not found, the pod comes back
+            found = None
+        if found is None:
+            if len(self._missing) > 10_000:
+                self._missing = {k: t for k, t in self._missing.items() if t > now}
+            self._missing[key] = now + 1.0
+        return found
+
+
+def _meta_of(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")

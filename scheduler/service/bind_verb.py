@@ -1,0 +1,133 @@
+"""The `/bind` verb of `GangScheduler` (a mixin): a gang member's slot claimed, bound, and the gang's milestone.
+
+kube-scheduler's `/bind` of a member meshfit's own binder (`scheduler.service.gang_binding`) is binding waits for
+that Binding's outcome; a member already bound to the node asked for is answered idempotently; a GPU pod outside
+any gang is assumed on its node at bind so no concurrent gang placement takes its GPUs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from scheduler.cache.pod_record import PodRecord
+from scheduler.gangs.ledger import SLOT_BOUND, STATUS_BOUND, Reservation
+from scheduler.gangs.rendezvous import given_from_annotations
+from scheduler.service.binding import RendezvousMissing, bind_annotations
+
+UNKNOWN_NODE_REASON = "node is not in meshfit's cluster state (no GPU resource, or not seen yet)"
+
+
+class BindVerb:
+    """`bind` and its helpers; mixed into `GangScheduler` (it provides `state`, `binder`, `lifecycle`, `direct`,
+    `rank_tables`, `observe_binding` and `sweep`)."""
+
+    state: Any
+    binder: Any
+    lifecycle: Any
+    direct: Any
+    rank_tables: Any
+    observe_binding: Any
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Bind through the binder with the rank annotations; returns an error text ("" on success)."""
+        self.sweep()
+        annotations, assumed, member = {}, False, None
+        with self.state.lock:
+            record = self.state.pod(namespace, name)
+            if record is None:
+                return (f"pod {namespace}/{name} is unknown to meshfit (never filtered by it); not binding it")
+            if uid and record.uid != uid:
+                return f"pod {namespace}/{name} has uid {record.uid}, not {uid}; not binding it"
+            if record.member is not None:
+                member = record.member
+                entry = self.state.ledger.get(member.gang_key)
+                settled = self._already_bound(record, entry, node)
+                if settled is not None:
+                    return settled
+                if self.direct is not None and record.uid in self.direct.in_flight:
+                    in_flight = True
+                else:
+                    in_flight = False
+                    error = self._claim_slot(record, entry, node)
+                    if error:
+                        return error
+                    annotations = bind_annotations(entry, member.index)
+            elif record.gpus > 0 and not record.node:
+                error = self._assume_single(record, node)
+                if error:
+                    return error
+                assumed = True
+        if member is not None and in_flight:  # meshfit's own Binding of this member is in flight: its outcome
+            return self.direct.wait_for(record.uid, 30.0) or ""
+        started = time.perf_counter()
+        try:
+            self.binder.bind(namespace, name, uid or record.uid, node, annotations)
+        except Exception as exc:  # noqa: BLE001 - any binder failure is reported to kube-scheduler
+            self.observe_binding("kube-scheduler", time.perf_counter() - started, False)
+            error = f"binding {namespace}/{name} to {node} failed: {exc}"
+            with self.state.lock:
+                if member is not None:
+                    self.state.ledger.unmark_binding(member.gang_key, member.index)
+                    self.lifecycle.bind_failed(record, error)
+                if assumed:
+                    self.state.unassume(namespace, name)
+            return error
+        self.observe_binding("kube-scheduler", time.perf_counter() - started, True)
+        self.state.record_binding(namespace, name, node, annotations)
+        if member is not None:
+            self._publish_if_bound(member.gang_key)
+        return ""
+
+    def _already_bound(self, record: PodRecord, entry: Reservation | None, node: str) -> str | None:
+        """"" when this member is already bound to `node` (idempotent `/bind`), an error when bound elsewhere,
+        None when it is not bound yet."""
+        slot = entry.slots.get(record.member.index) if entry is not None else None
+        bound_to = record.node or (slot.node if slot is not None and slot.state == SLOT_BOUND
+                                   and slot.pod == record.name else None)
+        if bound_to is None:
+            return None
+        return "" if bound_to == node else f"pod {record.key} is already bound to node {bound_to}, not {node}"
+
+    def _claim_slot(self, record: PodRecord, entry: Reservation | None, node: str) -> str:
+        """Mark the member's slot binding for kube-scheduler's `/bind`; "" or why it cannot be bound to `node`."""
+        member, name = record.member, record.name
+        held = entry.node_of(member.index) if entry is not None else None
+        if held is None:
+            return (f"pod {record.key} of gang {member.gang_key} has no reservation "
+                    f"(expired or released); it will be filtered again")
+        if held != node:
+            return f"pod {record.key} of gang {member.gang_key} is reserved on {held}, not {node}"
+        if not entry.node_of(0):
+            return str(RendezvousMissing(f"gang {member.gang_key}: no node is held for pod 0; not binding pod "
+                                         f"{record.key} until pod 0 is placed"))
+        annotations = bind_annotations(entry, member.index)
+        if not self.state.ledger.mark_binding(member.gang_key, member.index, name,
+                                              given_from_annotations(annotations, name)):
+            return (f"pod {record.key} of gang {member.gang_key}: its slot is "
+                    f"{entry.slots[member.index].state} (by {entry.slots[member.index].pod}), not reserved")
+        self.lifecycle.arrived(record)
+        return ""
+
+    def _publish_if_bound(self, gang_key: str) -> None:
+        """Once every pod is bound: announce it (once) and queue the rank table for the background publisher.
+
+        Off the bind path: the table is published by one background thread, once per gang (and again only when a
+        bound gang changes: a replaced member, an elastic resize)."""
+        with self.state.lock:
+            entry = self.state.ledger.get(gang_key)
+            if entry is None or entry.status != STATUS_BOUND:
+                return
+            self.rank_tables.mark_due(gang_key)
+            self.lifecycle.completed(entry)
+        self.rank_tables.publish_soon([gang_key])
+
+    def _assume_single(self, record: PodRecord, node_name: str) -> str:
+        node = self.state.topology.node_by_name.get(node_name)
+        if node is None:
+            return f"node {node_name}: {UNKNOWN_NODE_REASON}"
+        if node.gpus_free < record.gpus:
+            return (f"node {node_name} no longer has {record.gpus} free GPUs "
+                    f"({node.gpus_free} free once gang reservations are held)")
+        self.state.record_binding(record.namespace, record.name, node_name)
+        return ""

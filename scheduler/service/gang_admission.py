@@ -1,0 +1,125 @@
+"""meshfit's gang queue in the service (a mixin of `GangLifecycle`): who is admitted when, and from where.
+
+A gang that does not fit, or would delay the queue's head, waits in `scheduler.gangs.queue`; `admit_waiting`
+re-evaluates the queue in order whenever capacity may have freed and reserves what may start now -- never while
+`BIND_BACKLOG_LIMIT` Bindings are in flight, so an admitted gang binds at once; pending gangs of meshfit's
+profile that kube-scheduler never asks about (its own filters see no free GPUs) are queued from the watch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from scheduler.cache.pod_record import PodRecord
+from scheduler.gangs.ledger import Reservation
+from scheduler.gangs.membership import gang_from_membership
+from scheduler.gangs.queue import delays_head, since_text
+from scheduler.gangs.reserve_ops import shortfall_reason
+from scheduler.placement.offered import offered_only
+from scheduler.placement.result import Placement
+
+UNASKED_AFTER_SECONDS = 3.0
+"""A pending gang kube-scheduler has not asked about for this long is queued by meshfit from the watch."""
+QUEUE_PASS_DEPTH = 64
+"""At most this many waiting gangs are tried per queue pass (the simulator's backfill depth idea)."""
+BIND_BACKLOG_LIMIT = 64
+"""Bindings in flight above which the queue admits no more gangs (see `GangLifecycle.bind_backlog`)."""
+
+
+def usage_of(placement: Placement, topo: Any) -> dict[int, int]:
+    """Node index -> GPUs a placement would hold."""
+    g = placement.gang.gpus_per_pod
+    return {topo.node_by_name[name].index: pods * g for name, pods in Counter(placement.pod_nodes).items()}
+
+
+class GangAdmission:
+    """Queue admission; mixed into `GangLifecycle` (it provides `state`, `queue`, `policy`, `clock`, `members`,
+    `reserved`, `unplaced`, `place_gang`, `bind_backlog`, `scheduler_names`, `seen`, `noticed`, `rolling_back`
+    and `is_rolling_back`)."""
+
+    state: Any
+    queue: Any
+    policy: str
+    clock: Any
+    place_gang: Any
+    unplaced: list
+    bind_backlog: Any
+    scheduler_names: frozenset
+    seen: dict
+    noticed: dict
+    rolling_back: dict
+
+    def _enqueue_pending_from_watch(self, now: float) -> None:
+        """Queue the pending gangs of meshfit's scheduler profile the API server reports that kube-scheduler has
+        not asked about for `UNASKED_AFTER_SECONDS` (its own filters see no free GPUs, so it never calls the
+        extender): meshfit, not kube-scheduler's retry order, decides which gets room when it frees."""
+        ledger, queue = self.state.ledger.entries, self.queue
+        for key, members in self.state.gang_index.items():
+            if key in ledger or key in queue.entries or key in self.rolling_back:
+                continue
+            pending = [r for r in members.values() if not r.node and r.from_watch and r.member is not None
+                       and r.scheduler_name in self.scheduler_names]
+            for record in pending:
+                self.noticed.setdefault(record.uid, now)
+            if pending and all(r.uid not in self.seen and now - self.noticed[r.uid] >= UNASKED_AFTER_SECONDS
+                               for r in pending):
+                first = pending[0]
+                reason = (f"gang {key} ({first.member.size} pods x {first.member.gpus_per_pod} GPUs) waits for room; "
+                          f"kube-scheduler finds no node with free GPUs for its pods")
+                queue.note(key, max(r.priority for r in pending), first.member.size, first.member.gpus_per_pod,
+                           reason, now)
+
+    def try_reserve(self, record: PodRecord, offered: frozenset[str] | None) -> tuple[Reservation | None, str]:
+        """Place and reserve the gang of `record` if it fits and may start now; else queue it with the reason."""
+        member = record.member
+        names = {r.member.index: r.name for r in self.members(member.gang_key)}
+        gang = gang_from_membership(member, names)
+        return self._attempt(gang, record.priority, offered, record)
+
+    def _attempt(self, gang: Any, priority: int, offered: frozenset[str] | None,
+                 by: PodRecord | None) -> tuple[Reservation | None, str]:
+        topo, ledger, key = self.state.topology, self.state.ledger, gang.key
+        if self.is_rolling_back(key):
+            return None, f"gang {key} is being rolled back; it is placed afresh once its evicted members are gone"
+        with offered_only(topo, offered):
+            placement = self.place_gang(gang, topo, self.policy)
+        head = self.queue.head_before(key, priority, topo)
+        if placement.placed and (head is None or not delays_head(topo, head, usage_of(placement, topo))):
+            entry = ledger.reserve(placement)
+            self.reserved(entry, by, "queue" if by is None else f"first member {by.name}")
+            return entry, ""
+        reason = (shortfall_reason(placement.gang, topo, placement) if not placement.placed else
+                  f"gang {key} fits, but waits behind gang {head.key} ({head.pods} pods x {head.gpus_per_pod} GPUs, "
+                  f"higher in the queue): starting now would take GPUs that gang is waiting for")
+        if not placement.placed:
+            for hook in self.unplaced:
+                reason = hook(gang, priority, placement) or reason
+        waiting = self.queue.note(key, priority, len(placement.gang.pods), gang.gpus_per_pod, reason, self.clock(),
+                                  offered)
+        return None, f"{reason} [queue position {self.queue.position(key)}, waiting since {since_text(waiting.arrived_at)}]"
+
+    def admit_waiting(self) -> list[str]:
+        """One pass over the waiting gangs in order; reserves those that may start now (returns their keys)."""
+        admitted = []
+        free = self.state.topology.gpus_free
+        for waiting in self.queue.ordered()[:QUEUE_PASS_DEPTH]:
+            if self.bind_backlog() >= BIND_BACKLOG_LIMIT:
+                break  # admitted again as the Bindings drain (`GangBinding.on_drained`)
+            members = self.members(waiting.key)
+            pending = [r for r in members if not r.node and r.member is not None]
+            entry = self.state.ledger.get(waiting.key)
+            if not pending or (entry is not None and not entry.missing_indices()):
+                self.queue.admitted(waiting.key)
+                continue
+            if entry is not None:  # partly bound: `_repair` re-places its missing members, every tick
+                continue
+            if waiting.pods * waiting.gpus_per_pod > free:
+                continue
+            names = {r.member.index: r.name for r in members}
+            gang = gang_from_membership(pending[0].member, names)
+            entry, _ = self._attempt(gang, waiting.priority, waiting.offered, None)
+            if entry is not None:
+                admitted.append(waiting.key)
+                free = self.state.topology.gpus_free
+        return admitted

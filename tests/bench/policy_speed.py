@@ -24,7 +24,7 @@ if __package__ in (None, ""):
 
 from scheduler.placement.cost import geometry  # noqa: E402
 from scheduler.placement.engine import place  # noqa: E402
-from scheduler.placement.jobs import Gang, Parallelism, PodSlot  # noqa: E402
+from scheduler.placement.jobs import Gang, PodSlot  # noqa: E402
 from simulations.cluster import ClusterSpec, build_cluster  # noqa: E402
 from simulations.config import SimConfig  # noqa: E402
 from simulations.simulator import Simulator  # noqa: E402

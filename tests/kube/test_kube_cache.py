@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.kube import KubeCache, run_cache, sync_once
+from scheduler.kube import run_cache, sync_once
 from scheduler.kube.cache import ResourceExpired
-from scheduler.kube.resources import DEFAULT_RESOURCES, NODES, PODS
+from scheduler.kube.resources import DEFAULT_RESOURCES, PODS
 from tests.k8s_double import CRD_RESOURCES, ApiServerDouble
 from tests.kube.gang_builders import make_jobset, make_pod
 from tests.kube.kube_fixtures import RecordingState, eventually, make_node

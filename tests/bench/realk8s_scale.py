@@ -210,7 +210,9 @@ def scheduler_config(plane: ControlPlane, qps: float | None, extender_url: str |
         shipped = yaml.safe_load(MANIFEST_CONFIG.read_text())
         config.update({k: shipped[k] for k in ("podInitialBackoffSeconds", "podMaxBackoffSeconds")})
         config["profiles"] = shipped["profiles"]
-        config["extenders"] = [{**shipped["extenders"][0], "urlPrefix": f"{extender_url}/scheduler"}]
+        extender = {**shipped["extenders"][0], "urlPrefix": f"{extender_url}/scheduler", "enableHTTPS": False}
+        extender.pop("tlsConfig", None)  # the bench's meshfit serves plain HTTP on loopback
+        config["extenders"] = [extender]
     return config
 
 
@@ -274,12 +276,15 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
                                  ready_timeout=300).start()
     scheduler = run_scheduler(plane, scheduler_config(plane, qps, meshfit.url if meshfit else None), f"ks-{ns}")
     wait_quiet(watcher, settle, 1800)
+    if not scheduler.alive():
+        raise RuntimeError(f"kube-scheduler exited during the run:\n{scheduler.tail(30)}")
     scheduler.stop()  # nothing binds while the end state is read
     if meshfit is not None:
         meshfit_metrics = meshfit_histograms(meshfit.url)
         meshfit.stop()
     listed = count_bound(core, ns)
-    result = {"pods": created, "bound": listed, "bound_seen_by_watch": len(watcher.bound_at),
+    plain = sum(1 for name in watcher.bound_at if name.startswith(("single-", "cpu-")))
+    result = {"pods": created, "bound": listed, "bound_plain_pods": plain, "bound_seen_by_watch": len(watcher.bound_at),
               **rate(watcher.bound_at.values())}
     writes = diff(api_writes(plane), before)
     result.update({"api_writes": sum(writes.values()), "api_writes_by_kind": writes,

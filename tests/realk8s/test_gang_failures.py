@@ -3,12 +3,15 @@ killed mid-burst, and the nodes kube-scheduler offers (nodeSelector, taints, CPU
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import defaultdict
 
+import kubernetes.watch
 import pytest
 
 from tests.realk8s.cluster_builders import (
-    create_gang, create_nodes, gang_pod_body, gang_status, pending_reasons,
+    JOB_NAME, create_gang, create_nodes, gang_pod_body, gang_status, pending_reasons,
 )
 from tests.realk8s.scenario import (
     burst_shapes, create_burst, meshfit_events, wait_settled, whole,
@@ -109,16 +112,34 @@ def test_losing_the_rendezvous_node_rolls_the_gang_back_whole(kube, meshfit_sche
     assert wait_settled(kube, stack, quiet=2.0, until=lambda st: st.get("g") == (4, 4))["g"] == (4, 4)
 
 
+def first_partly_bound_gang(kube, timeout: float) -> threading.Event:
+    """An event set the moment a pod watch sees some gang with some but not all of its pods bound."""
+    seen = threading.Event()
+
+    def watch() -> None:
+        members: dict[str, dict[str, bool]] = defaultdict(dict)
+        stream = kubernetes.watch.Watch()
+        for event in stream.stream(kube.core.list_namespaced_pod, kube.namespace, label_selector=JOB_NAME,
+                                   timeout_seconds=int(timeout)):
+            pod = event["object"]
+            gang = members[pod.metadata.labels[JOB_NAME]]
+            gang[pod.metadata.name] = bool(pod.spec.node_name)
+            if 0 < sum(gang.values()) < len(gang):
+                seen.set()
+                stream.stop()
+
+    threading.Thread(target=watch, daemon=True, name="partly-bound-watch").start()
+    return seen
+
+
 def test_meshfit_killed_mid_burst_leaves_no_gang_partly_bound(kube, meshfit_scheduler):
     nodes = 24
     create_nodes(kube.core, nodes, gpus=GPUS, leaf_size=8)
-    stack = meshfit_scheduler()
+    stack = meshfit_scheduler(["--bind-workers", "1"])  # one binding at a time: a gang stays partly bound longer
     shapes = burst_shapes(seed=11, capacity_gpus=nodes * GPUS)
+    partly_bound = first_partly_bound_gang(kube, timeout=30)
     create_burst(kube.core, kube.namespace, shapes, seed=11)
-    deadline = time.monotonic() + 20
-    while not any(0 < s[0] < s[1] for s in gang_status(kube.core, kube.namespace).values()):
-        assert time.monotonic() < deadline, "no gang was ever caught partly bound"
-        time.sleep(0.05)
+    assert partly_bound.wait(30), "no gang was ever seen partly bound"
     stack.meshfit.kill()  # SIGKILL with gangs partly bound
     at_kill = {n: s for n, s in gang_status(kube.core, kube.namespace).items() if 0 < s[0] < s[1]}
     stack.meshfit.start()

@@ -49,6 +49,6 @@ ENV PATH=/opt/meshfit/bin:$PATH \
     MPLCONFIGDIR=/tmp/matplotlib
 USER 65532:65532
 WORKDIR /tmp
-EXPOSE 8888 9090
+EXPOSE 8888 8889 9090
 ENTRYPOINT ["meshfit", "serve"]
-CMD ["--host", "0.0.0.0", "--port", "8888", "--grpc-port", "9090"]
+CMD ["--host", "0.0.0.0", "--port", "8888", "--grpc-port", "9090", "--metrics-port", "8889"]

@@ -424,7 +424,9 @@ def test_dockerfile_is_multi_stage_slim_non_root_and_without_torch():
     assert "compileall" in build  # bytecode at build time: nothing to write on a read-only root
     assert '! /opt/meshfit/bin/python -c "import torch"' in build
     assert "[runtime]" not in (REPO / "Dockerfile").read_text()
-    assert set(final_args["EXPOSE"].split()) == {"8888", "9090"}
+    (container,) = meshfit_pod_spec()["containers"]
+    ports = {str(port["containerPort"]) for port in container["ports"]}
+    assert set(final_args["EXPOSE"].split()) == ports == {"8888", "8889", "9090"}  # extender, metrics, gRPC
 
 
 def cli_accepts(argv: list[str]) -> None:

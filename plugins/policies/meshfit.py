@@ -21,7 +21,7 @@ import numpy as np
 
 from plugins.policies.kueue_slices import assign_slices
 from plugins.policies.meshfit_candidates import (
-    RELATIVE_TIE, Candidate, DomainFloors, cannot_beat, clearly_costlier, costs_differ, domain_totals,
+    RELATIVE_TIE, Candidate, DomainFloors, clearly_costlier, costs_differ, domain_totals,
     whole_domains_broken,
 )
 from plugins.policies.meshfit_search import (
@@ -167,8 +167,10 @@ class MeshfitPolicy:
                 slices: "SliceCheck | None") -> Candidate | None:
         """The cheapest layout over candidate domains (deepest level first) x rank orders x plans.
 
-        Once a first candidate is known, every later step its floors do not rule out is filled and priced in one
-        call per rank order (the prices are remembered); each step is then decided in order exactly as without."""
+        Once a first candidate is known, the steps of each level its floors do not rule out are filled and priced in
+        one call per rank order as the level is reached (the prices are remembered: a level's domains are ruled out
+        against the best of the deeper levels, not the first one); each step is then decided in order exactly as
+        without."""
         strategies = (PACK, BALANCE, SPREAD) if view.tree.oversubscribed else (PACK,)
         plans = [search_plans(gang, pricer, order, strategies) for pricer, order in zip(pricers, orders)]
         floors = DomainFloors(topo, view, len(gang.pods))
@@ -177,25 +179,25 @@ class MeshfitPolicy:
                  for domain in domains if view.tree.level_of(domain) == level
                  for pricer, order, order_plans in zip(pricers, orders, plans)]
         best: Candidate | None = None
-        prefetched = False
+        prefetched = None
         for position, (level, domain, pricer, order, order_plans) in enumerate(steps):
             if best is not None and best.cost <= floor and level != steps[position - 1][0]:
                 break  # the previous level reached the lower bound
-            if self.prune and best is not None and \
-                    cannot_beat(floors.cost(pricer, domain), lambda: floors.tie(domain), best):
+            if self.prune and floors.rules_out(pricer, domain, best):
                 continue
-            if best is not None and not prefetched:
-                prefetched = True
-                self._prefetch(view, steps[position:], floors, best, slices)
+            if best is not None and prefetched != level:
+                prefetched = level
+                self._prefetch(view, [step for step in steps[position:] if step[0] == level], floors, best, slices)
             best = self._price_domain(topo, view, domain, pricer, order, order_plans, best, slices, floors)
         return best
 
     def _prefetch(self, view: SlotView, steps: list, floors: DomainFloors, best: Candidate,
                   slices: "SliceCheck | None") -> None:
-        """Fill the layouts of the steps the floors do not rule out now and price them, one call per pricer."""
+        """Fill the layouts of `steps` (one level's) that the floors do not rule out now and price them, one call
+        per pricer."""
         by_pricer: dict[int, tuple[LayoutPricer, list[np.ndarray]]] = {}
         for _, domain, pricer, _, order_plans in steps:
-            if self.prune and cannot_beat(floors.cost(pricer, domain), lambda: floors.tie(domain), best):
+            if self.prune and floors.rules_out(pricer, domain, best):
                 continue
             by_pricer.setdefault(id(pricer), (pricer, []))[1].extend(domain_layouts(view, domain, order_plans, slices))
         for pricer, layouts in by_pricer.values():

@@ -126,6 +126,7 @@ class DomainFloors:
     def __init__(self, topo: ClusterTopology, view: SlotView, pods: int) -> None:
         self.topo, self.view, self.pods = topo, view, pods
         self.costs: dict[tuple[int, int], float] = {}
+        self.domain_costs: dict[tuple[int, int], float] = {}
         self.deepest: dict[int, int] = {}
         self.broken_by_layout: dict[bytes, int] = {}
         self._fully_free: list[bool] | None = None
@@ -159,13 +160,35 @@ class DomainFloors:
         return found
 
     def cost(self, pricer: LayoutPricer, domain: int) -> float:
-        """Floor on the step seconds of any layout inside `domain` under `pricer`'s rank order."""
+        """Floor on the step seconds of any layout inside `domain` under `pricer`'s rank order, the same for every
+        domain of its level (each axis on the best tier some domain of the cluster has room for)."""
         level = self.view.tree.level_of(domain)
         key = (id(pricer), level)
         found = self.costs.get(key)
         if found is None:
-            found = self.costs[key] = floor_seconds(pricer, level, self.deepest_level_holding)
+            found = self.costs[key] = floor_seconds(pricer, level,
+                                                    lambda members, _groups: self.deepest_level_holding(members))
         return found
+
+    def domain_cost(self, pricer: LayoutPricer, domain: int) -> float:
+        """A tighter floor than `cost` for one domain: each axis on the best tier whose domains inside `domain` have
+        room for all its groups, and some axis no deeper than the deepest level with a domain holding every pod."""
+        key = (id(pricer), domain)
+        found = self.domain_costs.get(key)
+        if found is None:
+            level = self.view.tree.level_of(domain)
+            fitting = _DeepestFitting(self.view, domain, level)
+            found = self.domain_costs[key] = floor_seconds(pricer, level, fitting, fitting(self.pods, 1))
+        return found
+
+    def rules_out(self, pricer: LayoutPricer, domain: int, best: Candidate | None) -> bool:
+        """True when no layout of the gang inside `domain` under `pricer` beats `best` (`cannot_beat` on the level's
+        floor first, then on the domain's own when the level's does not decide)."""
+        if best is None:
+            return False
+        tie = lambda: self.tie(domain)  # noqa: E731
+        return cannot_beat(self.cost(pricer, domain), tie, best) or \
+            cannot_beat(self.domain_cost(pricer, domain), tie, best)
 
     def tie(self, domain: int) -> tuple[int, int, int]:
         """Floor on the tie-breakers (whole domains broken, -level, leftover slots) of a layout inside `domain`."""
@@ -192,3 +215,18 @@ class DomainFloors:
             on_partial_hosts = view.slots(domain) - on_whole_hosts
         unavoidable = self.pods - on_partial_hosts
         return ancestors + (math.ceil(unavoidable / kept.max_slots) if unavoidable > 0 else 0)
+
+
+class _DeepestFitting:
+    """`floor_seconds`'s `deepest_fitting` for layouts inside one domain: the deepest level (at or below the
+    domain's) whose domains inside it can hold `groups` disjoint groups of `members` pods, each inside one of them."""
+
+    def __init__(self, view: SlotView, domain: int, level: int) -> None:
+        self.view, self.domain, self.level = view, domain, level
+
+    def __call__(self, members: int, groups: int) -> int:
+        view = self.view
+        for level in range(view.tree.levels - 1, self.level, -1):
+            if view.blocks_inside(self.domain, members, level) >= groups:
+                return level
+        return self.level

@@ -81,6 +81,18 @@ class SlotView:
             return False
         return self.most_slots_at(level) >= pods
 
+    def blocks_inside(self, domain: int, block: int, level: int) -> int:
+        """Whole blocks of `block` pods that the domains of `level` inside `domain` (ROOT = the cluster) hold, each
+        block inside one of them (`level` deeper than the domain's); cached per (block, level) for the view."""
+        if not self.may_hold_at(level, block):
+            return 0
+        cache = self.__dict__.setdefault("_blocks_inside", {})
+        found = cache.get((block, level))
+        if found is None:
+            found = cache[(block, level)] = _blocks_at(self.tree, self.domain_slots, block, level)
+        caps, total = found
+        return total if domain == ROOT else int(caps[domain])
+
     def aligned_caps(self, block: int, base: np.ndarray | None = None, key: object = None) -> np.ndarray:
         """Per domain, how many whole blocks of `block` pods fit inside domains of the deepest level able to hold one.
 
@@ -147,6 +159,19 @@ def _aligned(tree: TreeIndex, base: np.ndarray, block: int, top: int) -> tuple[n
         values = np.bincount(tree.parent_position[level], weights=values, minlength=level_ids[level].size)
         caps[level_ids[level]] = values
     return caps, deepest
+
+
+def _blocks_at(tree: TreeIndex, base: np.ndarray, block: int, level: int) -> tuple[np.ndarray, int]:
+    """(per domain id, whole blocks of `block` pods its descendants at `level` hold (`base // block` summed over
+    them; 0 deeper than `level`), and the cluster's total)."""
+    level_ids = tree.level_domains
+    caps = np.zeros(tree.size[1], dtype=np.int64)
+    values = base[level_ids[level]] // block
+    caps[level_ids[level]] = values
+    for upper in range(level - 1, -1, -1):
+        values = np.bincount(tree.parent_position[upper], weights=values, minlength=level_ids[upper].size)
+        caps[level_ids[upper]] = values
+    return caps, int(values.sum())
 
 
 def slot_view(gang: Gang, topo: ClusterTopology) -> SlotView:

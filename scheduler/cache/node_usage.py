@@ -10,11 +10,12 @@ from topology.k8s import FINISHED_PHASES
 
 
 class NodeUsage:
-    """Requests counted per node (`requested`, read by the direct binder's node-fit check) and gang-wide facts read
-    from the pods; mixed into `ClusterState` (it provides `requested`, `pods`, `_uid_by_name`, `gang_index`,
-    `superseded` and `gang_evicted`)."""
+    """Requests counted per node (`requested`, read by the direct binder's node-fit check), unbound pods nominated to
+    each node (`nominated_to`) and gang-wide facts read from the pods; mixed into `ClusterState` (it provides
+    `requested`, `nominated_to`, `pods`, `_uid_by_name`, `gang_index`, `superseded` and `gang_evicted`)."""
 
     requested: dict
+    nominated_to: dict
     pods: dict
     _uid_by_name: dict
     gang_index: dict
@@ -34,6 +35,18 @@ class NodeUsage:
             used = self.requested.setdefault(node, {})
             for resource, value in record.needs.requests.items():
                 used[resource] = used.get(resource, 0) + value
+
+    def _nominate(self, record: PodRecord, present: bool) -> None:
+        """Keep `nominated_to` true for `record`: listed under its `status.nominatedNodeName` while it is `present`,
+        unbound, unfinished, not terminating and its needs are known (kube-scheduler's filters count such a pod
+        on that node for every pod of no higher priority; so does the direct binder)."""
+        if record.nominated_on is not None:
+            self.nominated_to.get(record.nominated_on, {}).pop(record.uid, None)
+            record.nominated_on = None
+        if present and record.nominated and not record.node and record.needs is not None \
+                and record.phase not in FINISHED_PHASES and not record.terminating:
+            self.nominated_to.setdefault(record.nominated, {})[record.uid] = record
+            record.nominated_on = record.nominated
 
     def _live_member(self, name: str, namespace: str) -> bool:
         """True while pod `namespace/name` exists, is not finished and is not being deleted."""

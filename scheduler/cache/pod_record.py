@@ -46,6 +46,8 @@ class PodRecord:
     """What kube-scheduler's node-local filters check of it (`ClusterState.needs_of`; None when not read)."""
     accounted_on: str | None = field(default=None, repr=False, compare=False)
     """The node its requests are counted on in `ClusterState.requested` (bookkeeping)."""
+    nominated_on: str | None = field(default=None, repr=False, compare=False)
+    """The node it is listed under in `ClusterState.nominated_to` (bookkeeping)."""
 
     @property
     def key(self) -> str:

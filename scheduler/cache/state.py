@@ -116,6 +116,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
         """Called (under the lock) when the watch reports a pending gang member (the direct binder's trigger)."""
         self.requested: dict[str, dict[str, Any]] = {}
         """Node -> resource -> requests of the bound, unfinished pods there (pods with `needs` only)."""
+        self.nominated_to: dict[str, dict[str, PodRecord]] = {}
+        """Node -> uid -> unbound pods nominated there (`status.nominatedNodeName`; pods with `needs` only)."""
 
     # ----- relist ------------------------------------------------------------------------------
     def replace_all(self, nodes: list[dict], pods: list[dict], objects: list[dict]) -> None:
@@ -129,6 +131,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
             for obj in objects:
                 self._store_object(obj)
             self.pods, self._uid_by_name, self.gang_index, self.requested = {}, {}, {}, {}
+            self.nominated_to = {}
             for pod in pods:
                 self._index(self._record(pod))
             self._rebuild_topology()
@@ -286,7 +289,9 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
         old = self.pods.get(record.uid)
         if old is not None and old is not record:
             self._account(old, None)
+            self._nominate(old, False)
         self._account(record, record.node)
+        self._nominate(record, True)
         if old is not None and (old.namespace, old.name) != (record.namespace, record.name):
             self._forget(old)  # the uid now names another pod: the old one is gone, with its name, GPUs and slot
             old = None
@@ -302,6 +307,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
 
     def _unindex(self, record: PodRecord) -> None:
         self._account(record, None)
+        self._nominate(record, False)
         self.pods.pop(record.uid, None)
         if self._uid_by_name.get((record.namespace, record.name)) == record.uid:
             del self._uid_by_name[(record.namespace, record.name)]
@@ -370,6 +376,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
             record = self.pods[uid]
             record.node = node
             self._account(record, node)
+            self._nominate(record, True)
             if record.member is not None and annotations:
                 record.given = given_from_annotations(annotations, name) or record.given
             self._hold(self.topology, record)
@@ -397,6 +404,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
             if record is not None:
                 record.node = None
                 self._account(record, None)
+                self._nominate(record, True)
                 self._hold(self.topology, record)
 
     # ----- restart ----------------------------------------------------------------------------

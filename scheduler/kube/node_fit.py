@@ -182,8 +182,9 @@ def fit_reason(needs: PodNeeds, node: Mapping[str, Any], used: Mapping[str, Deci
 
 def state_fit_check(state: Any) -> Callable[[Any, str, Mapping[str, Decimal]], str]:
     """The direct binder's check over a `ClusterState`: the record's `needs` on the Node object the watch reported,
-    against what bound pods (`state.requested`) and Bindings in flight there (`in_flight`) already take.
-    Call it under the state's lock."""
+    against what bound pods (`state.requested`), Bindings in flight there (`in_flight`) and unbound pods of no
+    lower priority nominated there (`state.nominated_to`: a preemptor waiting for its victims to go, as
+    kube-scheduler's filters count it) already take.  Call it under the state's lock."""
 
     def fits(record: Any, node_name: str, in_flight: Mapping[str, Decimal]) -> str:
         node = state.nodes.get(node_name)
@@ -192,6 +193,10 @@ def state_fit_check(state: Any) -> Callable[[Any, str, Mapping[str, Decimal]], s
         used = dict(state.requested.get(node_name, {}))
         for resource, value in in_flight.items():
             used[resource] = used.get(resource, 0) + value
+        for other in state.nominated_to.get(node_name, {}).values():
+            if other.uid != record.uid and other.priority >= record.priority:
+                for resource, value in other.needs.requests.items():
+                    used[resource] = used.get(resource, 0) + value
         return fit_reason(record.needs, node, used)
 
     return fits

@@ -171,37 +171,75 @@ def tier_seconds(geo: _Geometry, traffic: AxisTraffic, ranks: int) -> np.ndarray
     return table
 
 
-def _floor_terms(pricer: LayoutPricer) -> list[tuple[int, list[float], float] | float]:
-    """Per axis: its exact seconds when every group sits inside one pod, else (fewest distinct pods per group,
-    least seconds per call by common level + 1, calls per step); cached on the pricer."""
-    terms = pricer.__dict__.get("_floor_terms")
-    if terms is None:
-        terms = []
+class _FloorTerms:
+    """What `floor_seconds` needs of one pricer (cached on it): the exact seconds of the axes whose groups sit inside
+    pods, and per multi-pod axis its distinct groups' size and count and its least seconds per call by level."""
+
+    def __init__(self, pricer: LayoutPricer) -> None:
+        self.constant = 0.0
+        self.axes: list[tuple[int, int, list[float], float]] = []
+        """(fewest distinct pods per group, disjoint groups (1 when they overlap), seconds by common level + 1,
+        calls per step) per multi-pod axis."""
+        label = np.arange(len(pricer.gang.pods), dtype=np.int64)
+        distinct_groups = []
         for axis, groups in pricer.pod_groups.items():
             traffic = pricer.traffic[axis]
             if groups.pods.shape[1] == 1:
                 if axis not in pricer._inside_pods:
                     pricer.price(np.zeros(len(pricer.gang.pods), dtype=np.int64))
-                terms.append(pricer._inside_pods[axis][0])
+                self.constant += pricer._inside_pods[axis][0]
                 continue
-            members = min(np.unique(row).size for row in groups.pods)
-            terms.append((members, tier_seconds(pricer.geo, traffic, groups.ranks).tolist(), traffic.calls_per_step))
-        pricer.__dict__["_floor_terms"] = terms
+            rows = {tuple(np.unique(row).tolist()) for row in groups.pods}
+            members = min(len(row) for row in rows)
+            disjoint = sum(len(row) for row in rows) == len({pod for row in rows for pod in row})
+            distinct_groups.append(rows)
+            self.axes.append((members, len(rows) if disjoint else 1,
+                              tier_seconds(pricer.geo, traffic, groups.ranks).tolist(), traffic.calls_per_step))
+        self.connected = bool(self.axes) and _connects(label, distinct_groups)
+        """Whether the multi-pod axes' groups chain every pod to every other: then a layout with every axis's
+        groups inside domains of one level has all its pods inside one domain of that level."""
+
+
+def _connects(label: np.ndarray, axes_groups: list[set[tuple[int, ...]]]) -> bool:
+    """True when the groups (pod index tuples), taken together, connect all pods labelled in `label`."""
+    rows = [np.array(row, dtype=np.int64) for groups in axes_groups for row in groups]
+    changed = True
+    while changed:
+        changed = False
+        for row in rows:
+            low = label[row].min()
+            if (label[row] != low).any():
+                label[row] = low
+                changed = True
+    return bool((label == label[0]).all())
+
+
+def _floor_terms(pricer: LayoutPricer) -> _FloorTerms:
+    """The pricer's `_FloorTerms`, built once."""
+    terms = pricer.__dict__.get("_floor_terms")
+    if terms is None:
+        terms = pricer.__dict__["_floor_terms"] = _FloorTerms(pricer)
     return terms
 
 
-def floor_seconds(pricer: LayoutPricer, outer_level: int, deepest_level_holding: Callable[[int], int]) -> float:
+def floor_seconds(pricer: LayoutPricer, outer_level: int, deepest_fitting: Callable[[int, int], int],
+                  deepest_whole: int | None = None) -> float:
     """A lower bound on the step seconds of any layout whose pods all lie in one domain at `outer_level`.
 
-    Every group's common level is at least `outer_level` and at most the deepest level at which some domain
-    has room for that many of the gang's pods (`deepest_level_holding(pods)`); each axis costs at least its
-    best tier in that range."""
-    total = 0.0
-    for term in _floor_terms(pricer):
-        if isinstance(term, float):
-            total += term
-            continue
-        members, seconds, calls = term
-        deepest = max(deepest_level_holding(members), outer_level)
-        total += min(seconds[outer_level + 1: deepest + 2]) * calls
+    `deepest_fitting(members, groups)` is a level at or below which no layout fits `groups` disjoint groups of
+    `members` pods each inside one domain; every group's common level is at least `outer_level` and an axis whose
+    groups cannot all fit at a level has a group, so its slowest group, at a wider level.  `deepest_whole`, when
+    given, is a level at or below which no domain holds every pod: if the axes' groups connect all pods, some axis
+    then has a group no deeper than it.  Each axis costs at least its best tier in the range left to it."""
+    terms = _floor_terms(pricer)
+    lowest = outer_level + 1
+    spans = [(seconds, calls, max(deepest_fitting(members, groups), outer_level) + 2)
+             for members, groups, seconds, calls in terms.axes]
+    total = terms.constant + sum(min(seconds[lowest:end]) * calls for seconds, calls, end in spans)
+    if deepest_whole is not None and terms.connected:
+        whole_end = max(deepest_whole, outer_level) + 2
+        if all(end > whole_end for _, _, end in spans):
+            total = min(terms.constant + sum(min(seconds[lowest:whole_end if axis == lifted else end]) * calls
+                                             for axis, (seconds, calls, end) in enumerate(spans))
+                        for lifted in range(len(spans)))
     return total * (1.0 - FLOOR_SLACK)

@@ -15,7 +15,7 @@ from scheduler.service.app import build_scheduler, create_app
 from scheduler.service.binder_memory import MemoryBinder
 from scheduler.service.binding import BindConflict
 
-from tests.service.helpers import FakeClock, Service, filter_nodes, gang_pod, make_nodes
+from tests.service.helpers import FakeClock, Service, filter_nodes, gang_pod, make_nodes, make_pod
 
 
 def fit_nodes(racks: int = 2, per_rack: int = 4, **changes) -> list[dict]:
@@ -141,6 +141,47 @@ def test_resources_of_members_binding_to_one_node_are_counted_together():
     filter_nodes(service.filter(pods[3]))
     on_small = [name for name, node in bound(service).items() if node == "n-0-0"]
     assert len(on_small) <= 1  # the second pod there would over-commit its CPU: left to kube-scheduler
+
+
+def nominated_pod(name: str, node: str, priority: int, cpu: str) -> dict:
+    """An unbound CPU pod kube-scheduler nominated to `node` after preempting there (it waits for its victims)."""
+    pod = make_pod(name, gpus=0)
+    pod["spec"]["priority"] = priority
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+    pod["status"]["nominatedNodeName"] = node
+    return pod
+
+
+def test_a_pod_nominated_to_a_node_keeps_its_room_there_from_members_of_no_higher_priority():
+    service = direct_service(fit_nodes(1, 2))  # 64 CPUs per node
+    fits = state_fit_check(service.state)
+    member = members("g", 2)[0]
+    member["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "8"
+    watch(service, [member, nominated_pod("preemptor", "n-0-0", 1000, "60")])
+    record = service.state.pod("default", "g-0")
+    assert "insufficient cpu" in fits(record, "n-0-0", {})  # 60 of 64 CPUs promised to the preemptor
+    assert fits(record, "n-0-1", {}) == ""
+    watch(service, [nominated_pod("low", "n-0-1", -5, "60")])  # lower priority than the member: not counted
+    assert fits(record, "n-0-1", {}) == ""
+    preemptor = nominated_pod("preemptor", "n-0-0", 1000, "60")
+    preemptor["spec"]["nodeName"] = "n-0-1"  # bound elsewhere in the end: n-0-0 is free again
+    watch(service, [preemptor])
+    assert fits(record, "n-0-0", {}) == ""
+    assert "insufficient cpu" in fits(record, "n-0-1", {})  # where it is bound it counts as a bound pod
+    service.state.delete_pod("default", "low")
+    assert service.state.nominated_to.get("n-0-1") == {}
+
+
+def test_a_gang_is_not_bound_by_meshfit_into_room_a_preemptor_was_promised():
+    service = direct_service(fit_nodes(1, 2))
+    pods = members("g", 2)
+    for pod in pods:
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "8"
+    watch(service, [*pods, nominated_pod("preemptor", "n-0-0", 1000, "60")])
+    filter_nodes(service.filter(pods[1]))
+    entry = service.state.ledger.get("default/g")
+    on_promised = [f"g-{i}" for i in range(2) if entry.node_of(i) == "n-0-0"]
+    assert on_promised and not set(on_promised) & set(service.binder.calls)  # kube-scheduler's filters decide
 
 
 def test_a_taint_meshfit_tolerates_but_the_member_does_not_keeps_meshfit_from_binding_it():

@@ -183,6 +183,26 @@ def count_bound(core: CoreV1Api, namespace: str) -> int:
             return bound
 
 
+def waiting_reason(core: CoreV1Api, namespace: str, prefix: str) -> str:
+    """The PodScheduled message of the first pending pod named `prefix`* ("" when none is pending)."""
+    for pod in core.list_namespaced_pod(namespace, field_selector="spec.nodeName=").items:
+        if pod.metadata.name.startswith(prefix):
+            condition = next((c for c in pod.status.conditions or () if c.type == "PodScheduled"), None)
+            return (condition.message or "")[:300] if condition else "no PodScheduled condition"
+    return ""
+
+
+def nodes_total(core: CoreV1Api) -> int:
+    """How many Nodes exist (paginated list)."""
+    total, token = 0, None
+    while True:
+        page = core.list_node(limit=500, _continue=token)
+        total += len(page.items)
+        token = page.metadata._continue
+        if not token:
+            return total
+
+
 def overcommitted(core: CoreV1Api, gpus_per_node: int = 8) -> int:
     """Nodes whose bound, unfinished pods request more GPUs than the node has."""
     return sum(1 for used in bound_gpus(core).values() if used > gpus_per_node)
@@ -283,8 +303,14 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
         meshfit_metrics = meshfit_histograms(meshfit.url)
         meshfit.stop()
     listed = count_bound(core, ns)
-    plain = sum(1 for name in watcher.bound_at if name.startswith(("single-", "cpu-")))
-    result = {"pods": created, "bound": listed, "bound_plain_pods": plain, "bound_seen_by_watch": len(watcher.bound_at),
+    singles = sum(1 for name in watcher.bound_at if name.startswith("single-"))
+    cpu_pods = sum(1 for name in watcher.bound_at if name.startswith("cpu-"))
+    used = bound_gpus(core)
+    result = {"pods": created, "bound": listed, "bound_single_gpu_pods": singles, "bound_cpu_pods": cpu_pods,
+              "bound_seen_by_watch": len(watcher.bound_at), "gpus_bound": sum(used.values()),
+              "gpus_free": sum(max(0, 8 - u) for u in used.values()) + 8 * (nodes_total(core) - len(used)),
+              "nodes_with_free_gpus": nodes_total(core) - sum(1 for u in used.values() if u >= 8),
+              "single_gpu_pod_waits_because": waiting_reason(core, ns, "single-"),
               **rate(watcher.bound_at.values())}
     writes = diff(api_writes(plane), before)
     result.update({"api_writes": sum(writes.values()), "api_writes_by_kind": writes,

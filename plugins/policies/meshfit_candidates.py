@@ -186,9 +186,8 @@ class DomainFloors:
         floor first, then on the domain's own when the level's does not decide)."""
         if best is None:
             return False
-        tie = lambda: self.tie(domain)  # noqa: E731
-        return cannot_beat(self.cost(pricer, domain), tie, best) or \
-            cannot_beat(self.domain_cost(pricer, domain), tie, best)
+        return cannot_beat(self.cost(pricer, domain), lambda: self.tie(domain), best) or \
+            cannot_beat(self.domain_cost(pricer, domain), lambda: self.tie(domain), best)
 
     def tie(self, domain: int) -> tuple[int, int, int]:
         """Floor on the tie-breakers (whole domains broken, -level, leftover slots) of a layout inside `domain`."""
@@ -227,6 +226,6 @@ class _DeepestFitting:
     def __call__(self, members: int, groups: int) -> int:
         view = self.view
         for level in range(view.tree.levels - 1, self.level, -1):
-            if view.blocks_inside(self.domain, members, level) >= groups:
+            if view.holds_blocks(self.domain, members, level, groups):
                 return level
         return self.level

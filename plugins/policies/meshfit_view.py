@@ -20,6 +20,9 @@ from topology.slots import PodSlots
 
 __all__ = ["ROOT", "SlotView", "slot_view"]
 
+WALK_BUDGET = 256
+"""Children `SlotView.holds_blocks` reads one by one before it counts with whole-tree arrays instead."""
+
 
 @dataclass
 class SlotView:
@@ -81,17 +84,38 @@ class SlotView:
             return False
         return self.most_slots_at(level) >= pods
 
-    def blocks_inside(self, domain: int, block: int, level: int) -> int:
-        """Whole blocks of `block` pods that the domains of `level` inside `domain` (ROOT = the cluster) hold, each
-        block inside one of them (`level` deeper than the domain's); cached per (block, level) for the view."""
+    def holds_blocks(self, domain: int, block: int, level: int, blocks: int) -> bool:
+        """Whether the domains of `level` inside `domain` (ROOT = the cluster; `level` deeper than the domain's) hold
+        `blocks` whole blocks of `block` pods, each block inside one of them.
+
+        Walks the domains below `domain` that have room for a block, stopping once enough are counted; a long walk
+        gives way to per-(block, level) counts computed for the whole tree at once and cached for the view."""
         if not self.may_hold_at(level, block):
-            return 0
+            return False
+        slots, tree = self.slot_list, self.tree
+        level_list, count, budget = tree.level_list, 0, WALK_BUDGET
+        stack = [domain]
+        while stack and budget > 0:
+            kids = tree.kids(stack.pop())
+            budget -= len(kids)
+            for kid in kids:
+                room = slots[kid]
+                if room < block:
+                    continue
+                if level_list[kid] < level:
+                    stack.append(kid)
+                    continue
+                count += room // block
+                if count >= blocks:
+                    return True
+        if not stack:
+            return False
         cache = self.__dict__.setdefault("_blocks_inside", {})
         found = cache.get((block, level))
         if found is None:
-            found = cache[(block, level)] = _blocks_at(self.tree, self.domain_slots, block, level)
+            found = cache[(block, level)] = _blocks_at(tree, self.domain_slots, block, level)
         caps, total = found
-        return total if domain == ROOT else int(caps[domain])
+        return (total if domain == ROOT else int(caps[domain])) >= blocks
 
     def aligned_caps(self, block: int, base: np.ndarray | None = None, key: object = None) -> np.ndarray:
         """Per domain, how many whole blocks of `block` pods fit inside domains of the deepest level able to hold one.

@@ -32,15 +32,12 @@ def common_levels(geo: _Geometry, member_nodes: np.ndarray) -> tuple[np.ndarray,
 
 def _common_levels_members_first(geo: _Geometry, member_nodes: np.ndarray) -> np.ndarray:
     """`common_levels(...)[1]` for node indices shaped (layouts, members, groups), members on the middle axis:
-    numpy reduces over an outer axis row by row, far faster than over a short inner one."""
+    numpy reduces over an outer axis row by row, far faster than over a short inner one.  Members sharing a
+    domain share its ancestors too, so the levels where they all agree are the shallowest ones: counting them
+    gives the deepest common level + 1."""
     member_paths = np.take(geo.paths_by_level, member_nodes, axis=1)  # (levels, layouts, members, groups)
     same = (member_paths == member_paths[:, :, :1, :]).all(axis=2)
-    shared = same[0]
-    levels = shared.astype(np.int64)
-    for level in range(1, same.shape[0]):
-        shared = shared & same[level]
-        levels += shared
-    return levels - 1
+    return same.sum(axis=0) - 1
 
 
 def _seconds_by_level(geo: _Geometry, traffic: AxisTraffic, ranks: int) -> np.ndarray:
@@ -85,8 +82,8 @@ def _axis_seconds_many(geo: _Geometry, traffic: AxisTraffic, groups: _PodGroups,
 class _Batch:
     """What `price_layouts` needs per shared pricer: constant axes, and every multi-pod axis's groups in one array.
 
-    Groups of all multi-pod axes are stacked (members padded by repeating a group's first pod, which changes no
-    common level), so one pass finds every group's common level; without shared tiers a group's seconds then
+    The distinct groups of all multi-pod axes are stacked (members padded by repeating a group's first pod, which
+    changes no common level), so one pass finds every group's common level; without shared tiers a group's seconds then
     only depend on that level (a table per axis) and each axis's worst group is one segment maximum."""
 
     def __init__(self, pricer: LayoutPricer) -> None:
@@ -102,8 +99,9 @@ class _Batch:
                 continue
             self.multi.append(axis)
             starts.append(sum(stack.shape[0] for stack in stacks))
-            pad = np.repeat(groups.pods[:, :1], width - groups.pods.shape[1], axis=1)
-            stacks.append(np.concatenate([groups.pods, pad], axis=1))
+            distinct = np.unique(groups.pods, axis=0)  # the slowest and widest group of an axis: repeats add nothing
+            pad = np.repeat(distinct[:, :1], width - distinct.shape[1], axis=1)
+            stacks.append(np.concatenate([distinct, pad], axis=1))
             tables.append(_seconds_by_level(pricer.geo, pricer.traffic[axis], groups.ranks))
         self.calls = [pricer.traffic[axis].calls_per_step for axis in self.multi]
         self.pods = np.concatenate(stacks) if stacks else np.zeros((0, 1), dtype=np.int64)
@@ -177,6 +175,8 @@ class _FloorTerms:
 
     def __init__(self, pricer: LayoutPricer) -> None:
         self.constant = 0.0
+        self.floors: dict[tuple, float] = {}
+        """`floor_seconds` by (outer level, per axis the end of its tier range, the lifted axis's end)."""
         self.axes: list[tuple[int, int, list[float], float]] = []
         """(fewest distinct pods per group, disjoint groups (1 when they overlap), seconds by common level + 1,
         calls per step) per multi-pod axis."""
@@ -232,14 +232,25 @@ def floor_seconds(pricer: LayoutPricer, outer_level: int, deepest_fitting: Calla
     given, is a level at or below which no domain holds every pod: if the axes' groups connect all pods, some axis
     then has a group no deeper than it.  Each axis costs at least its best tier in the range left to it."""
     terms = _floor_terms(pricer)
-    lowest = outer_level + 1
-    spans = [(seconds, calls, max(deepest_fitting(members, groups), outer_level) + 2)
-             for members, groups, seconds, calls in terms.axes]
-    total = terms.constant + sum(min(seconds[lowest:end]) * calls for seconds, calls, end in spans)
+    ends = tuple(max(deepest_fitting(members, groups), outer_level) + 2 for members, groups, _, _ in terms.axes)
+    whole = None
     if deepest_whole is not None and terms.connected:
-        whole_end = max(deepest_whole, outer_level) + 2
-        if all(end > whole_end for _, _, end in spans):
-            total = min(terms.constant + sum(min(seconds[lowest:whole_end if axis == lifted else end]) * calls
-                                             for axis, (seconds, calls, end) in enumerate(spans))
-                        for lifted in range(len(spans)))
+        whole = max(deepest_whole, outer_level) + 2
+        if any(end <= whole for end in ends):
+            whole = None  # some axis already stops there: the bound adds nothing
+    key = (outer_level, ends, whole)
+    found = terms.floors.get(key)
+    if found is None:
+        found = terms.floors[key] = _floor(terms, outer_level + 1, ends, whole)
+    return found
+
+
+def _floor(terms: _FloorTerms, lowest: int, ends: tuple[int, ...], whole: int | None) -> float:
+    """`floor_seconds` for axes on tiers [lowest, end) (table indices), one of them on [lowest, whole) if given."""
+    axes = [(seconds, calls) for _, _, seconds, calls in terms.axes]
+    total = terms.constant + sum(min(seconds[lowest:end]) * calls for (seconds, calls), end in zip(axes, ends))
+    if whole is not None:
+        total = min(terms.constant + sum(min(seconds[lowest:whole if axis == lifted else end]) * calls
+                                         for axis, ((seconds, calls), end) in enumerate(zip(axes, ends)))
+                    for lifted in range(len(axes)))
     return total * (1.0 - FLOOR_SLACK)

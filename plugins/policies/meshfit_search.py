@@ -178,6 +178,12 @@ def _block_caps(view: SlotView, domain: int, kids: list[int], kid_slots: list[in
         need = pods // block
         if sum(slot // block for slot in kid_slots) < need:
             continue  # no child holds more aligned blocks than its slots hold blocks
+        if len(nested) == 2 and nested[0] == 1:  # the nested caps are the aligned caps of the free slots
+            top = view.block_level(block)
+            if kid_level > top:
+                continue
+            if kid_level == top:  # each child's own slots // block, whose sum was checked above
+                return block, [slot // block for slot in kid_slots]
         caps_array, deepest = view.nested_entry(nested)
         if kid_level > deepest or (domain != ROOT and caps_array[domain] < need):
             continue
@@ -307,12 +313,15 @@ def candidate_domains(view: SlotView, pods: int, min_level: int, per_level: int 
             continue
         if level == tree.levels - 1 and view.kept is not None and view.kept.max_slots < pods:
             continue  # no node holds that many pods
+        fewest = max(per_level - 1, 0)
+        if len(tree.level_domain_lists[level]) <= SMALL_LEVEL:
+            found.extend(_picks_of_small_level(view, tree.level_domain_lists[level], pods, fewest))
+            continue
         at_level = tree.level_domains[level]
         ids = at_level[view.domain_slots[at_level] >= pods]
         if ids.size == 0:
             continue
         key = view.domain_slots[ids] * (tree.size[1] + 1) + ids  # (slots, id) as one sortable integer
-        fewest = max(per_level - 1, 0)
         if ids.size > fewest + 1 and fewest > 0:
             smallest = np.argpartition(key, fewest - 1)[:fewest]
             smallest = smallest[np.argsort(key[smallest])]
@@ -321,3 +330,18 @@ def candidate_domains(view: SlotView, pods: int, min_level: int, per_level: int 
         picks = [int(d) for d in ids[smallest]] + [int(ids[int(np.argmax(key))])]
         found.extend(dict.fromkeys(picks))
     return found
+
+
+SMALL_LEVEL = 128
+"""Levels of at most this many domains are searched for candidates in Python lists rather than numpy arrays."""
+
+
+def _picks_of_small_level(view: SlotView, at_level: list[int], pods: int, fewest: int) -> list[int]:
+    """`candidate_domains`' picks at one level of few domains: the `fewest` fitting domains with the fewest slots
+    (ties: lower id first), then the roomiest (ties: highest id), each once."""
+    slots = view.slot_list
+    ids = [domain for domain in at_level if slots[domain] >= pods]
+    if not ids:
+        return []
+    smallest = sorted(ids, key=lambda domain: (slots[domain], domain))[:fewest] if fewest > 0 else []
+    return list(dict.fromkeys(smallest + [max(ids, key=lambda domain: (slots[domain], domain))]))

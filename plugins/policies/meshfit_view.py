@@ -60,8 +60,10 @@ class SlotView:
         """The children of `domain` holding a slot when they are hosts with one free slot each, else None (cached)."""
         cache = self.__dict__.setdefault("_one_slot_hosts", {})
         if domain not in cache:
-            kids, kid_slots = self.holding_kids(domain) if domain not in self.tree.host_node else ([], [])
-            one = self.tree.level_of(domain) == self.tree.levels - 2 and max(kid_slots, default=0) == 1
+            one, kids = False, []
+            if self.tree.level_list[domain] == self.tree.levels - 2:  # only domains whose children are hosts
+                kids, kid_slots = self.holding_kids(domain)
+                one = max(kid_slots, default=0) == 1
             cache[domain] = kids if one else None
         return cache[domain]
 
@@ -117,6 +119,18 @@ class SlotView:
         caps, total = found
         return (total if domain == ROOT else int(caps[domain])) >= blocks
 
+    def block_level(self, block: int) -> int:
+        """The deepest level with a domain that has room for `block` pods (0 when none has): below it the
+        `aligned_caps` of `block` are zero, at it they are each domain's own slots // block."""
+        cache = self.__dict__.setdefault("_block_level", {})
+        found = cache.get(block)
+        if found is None:
+            found = self.tree.levels - 1
+            while found > 0 and not self.may_hold_at(found, block):
+                found -= 1
+            cache[block] = found
+        return found
+
     def aligned_caps(self, block: int, base: np.ndarray | None = None, key: object = None) -> np.ndarray:
         """Per domain, how many whole blocks of `block` pods fit inside domains of the deepest level able to hold one.
 
@@ -138,10 +152,7 @@ class SlotView:
                 if block == 1:
                     found = (self.domain_slots, tree.levels - 1)  # every host holds its own slots: sums are the slots
                 else:
-                    top = tree.levels - 1
-                    while top > 0 and not self.may_hold_at(top, block):
-                        top -= 1
-                    found = _aligned(tree, self.domain_slots, block, top)
+                    found = _aligned(tree, self.domain_slots, block, self.block_level(block))
             else:
                 found = _aligned(tree, base, block, tree.levels - 1 if top is None else top)
             cache[(block, key)] = found

@@ -38,6 +38,8 @@ class TreeIndex:
         """`paths` as Python lists (cheaper than numpy for a handful of nodes)."""
         self.level_domains = [np.flatnonzero(self.domain_level == level) for level in range(self.levels)]
         """Domain ids of each level, ascending."""
+        self.level_domain_lists: list[list[int]] = [ids.tolist() for ids in self.level_domains]
+        """`level_domains` as Python lists (cheaper than numpy for a level of a few dozen domains)."""
         position = np.zeros(len(topo.domains), dtype=np.int64)
         for ids in self.level_domains:
             position[ids] = np.arange(ids.size)

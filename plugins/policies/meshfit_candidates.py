@@ -12,7 +12,7 @@ construction it could not have replaced it, so the search decides exactly as wit
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -85,7 +85,7 @@ def domain_totals(topo: ClusterTopology) -> np.ndarray:
     return cached
 
 
-def whole_domains_broken(topo: ClusterTopology, paths: list[list[int]], pod_nodes: np.ndarray | list[int],
+def whole_domains_broken(topo: ClusterTopology, paths: list[list[int]], pod_nodes: np.ndarray | Iterable[int],
                          fully_free: Sequence[bool] | None = None) -> int:
     """How many fully free domains (hosts included) this layout starts using (`paths`: domain ids per node;
     `fully_free`: per domain id whether it is fully free, computed here when not given).
@@ -128,7 +128,7 @@ class DomainFloors:
         self.costs: dict[tuple[int, int], float] = {}
         self.domain_costs: dict[tuple[int, int], float] = {}
         self.deepest: dict[int, int] = {}
-        self.broken_by_layout: dict[bytes, int] = {}
+        self.broken_by_layout: dict[frozenset[int], int] = {}
         self._fully_free: list[bool] | None = None
 
     @property
@@ -139,12 +139,13 @@ class DomainFloors:
         return self._fully_free
 
     def layout_broken(self, pod_nodes: np.ndarray) -> int:
-        """`whole_domains_broken` of one layout, remembered per layout for this placement."""
-        key = pod_nodes.tobytes()
-        found = self.broken_by_layout.get(key)
+        """`whole_domains_broken` of one layout, remembered per set of nodes for this placement (layouts of one
+        domain often use the same nodes in another pod order)."""
+        nodes = frozenset(pod_nodes.tolist())
+        found = self.broken_by_layout.get(nodes)
         if found is None:
-            found = self.broken_by_layout[key] = whole_domains_broken(self.topo, self.view.tree.path_lists,
-                                                                      pod_nodes, self.fully_free)
+            found = self.broken_by_layout[nodes] = whole_domains_broken(self.topo, self.view.tree.path_lists,
+                                                                        nodes, self.fully_free)
         return found
 
     def deepest_level_holding(self, pods: int) -> int:

@@ -36,8 +36,8 @@ def _common_levels_members_first(geo: _Geometry, member_nodes: np.ndarray) -> np
     domain share its ancestors too, so the levels where they all agree are the shallowest ones: counting them
     gives the deepest common level + 1."""
     member_paths = np.take(geo.paths_by_level, member_nodes, axis=1)  # (levels, layouts, members, groups)
-    same = (member_paths == member_paths[:, :, :1, :]).all(axis=2)
-    return same.sum(axis=0) - 1
+    same = np.logical_and.reduce(member_paths == member_paths[:, :, :1, :], axis=2)  # the ufunc: no wrapper call
+    return np.add.reduce(same, axis=0, dtype=np.int64) - 1
 
 
 def _seconds_by_level(geo: _Geometry, traffic: AxisTraffic, ranks: int) -> np.ndarray:

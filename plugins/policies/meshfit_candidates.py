@@ -178,7 +178,7 @@ class DomainFloors:
         found = self.domain_costs.get(key)
         if found is None:
             level = self.view.tree.level_of(domain)
-            fitting = _DeepestFitting(self.view, domain, level)
+            fitting = _DeepestFitting(self, domain, level)
             found = self.domain_costs[key] = floor_seconds(pricer, level, fitting, fitting(self.pods, 1))
         return found
 
@@ -200,11 +200,11 @@ class DomainFloors:
         """Whole domains any layout of the gang inside `domain` must start using (a lower bound): the domain and
         its ancestors when fully free, plus the fully free hosts needed for the pods that partly used hosts
         cannot take."""
-        view, topo = self.view, self.topo
+        view = self.view
         ancestors = 0
         if domain != ROOT:
-            free, total = topo.free_arrays()[1], domain_totals(topo)
-            ancestors = sum(1 for d in view.tree.ancestors[domain, : level + 1].tolist() if free[d] == total[d])
+            fully_free = self.fully_free
+            ancestors = sum(1 for d in view.tree.ancestors[domain, : level + 1].tolist() if fully_free[d])
         kept = view.kept
         if kept is None or level == view.tree.levels - 1 or kept.max_slots <= 0:
             return ancestors
@@ -219,14 +219,15 @@ class DomainFloors:
 
 class _DeepestFitting:
     """`floor_seconds`'s `deepest_fitting` for layouts inside one domain: the deepest level (at or below the
-    domain's) whose domains inside it can hold `groups` disjoint groups of `members` pods, each inside one of them."""
+    domain's) whose domains inside it can hold `groups` disjoint groups of `members` pods, each inside one of them
+    (searched from the deepest level where any domain of the cluster holds one group)."""
 
-    def __init__(self, view: SlotView, domain: int, level: int) -> None:
-        self.view, self.domain, self.level = view, domain, level
+    def __init__(self, floors: DomainFloors, domain: int, level: int) -> None:
+        self.floors, self.domain, self.level = floors, domain, level
 
     def __call__(self, members: int, groups: int) -> int:
-        view = self.view
-        for level in range(view.tree.levels - 1, self.level, -1):
+        view = self.floors.view
+        for level in range(self.floors.deepest_level_holding(members), self.level, -1):
             if view.holds_blocks(self.domain, members, level, groups):
                 return level
         return self.level

@@ -76,8 +76,12 @@ class SlotView:
         cache = self.__dict__.setdefault("_level_max", {})
         found = cache.get(level)
         if found is None:
-            ids = self.tree.level_domains[level]
-            found = cache[level] = int(self.domain_slots[ids].max()) if ids.size else 0
+            ids = self.tree.level_domain_lists[level]
+            if len(ids) <= 128:  # a few dozen domains: cheaper from the list than through numpy
+                slots = self.slot_list
+                found = cache[level] = max((slots[domain] for domain in ids), default=0)
+            else:
+                found = cache[level] = int(self.domain_slots[self.tree.level_domains[level]].max()) if ids else 0
         return found
 
     def may_hold_at(self, level: int, pods: int) -> bool:
@@ -96,20 +100,21 @@ class SlotView:
             return False
         slots, tree = self.slot_list, self.tree
         level_list, count, budget = tree.level_list, 0, WALK_BUDGET
-        stack = [domain]
+        stack = [iter(tree.kids(domain))]  # depth first, into a child as soon as it is met
         while stack and budget > 0:
-            kids = tree.kids(stack.pop())
-            budget -= len(kids)
-            for kid in kids:
+            for kid in stack[-1]:
+                budget -= 1
                 room = slots[kid]
                 if room < block:
                     continue
                 if level_list[kid] < level:
-                    stack.append(kid)
-                    continue
+                    stack.append(iter(tree.kids(kid)))
+                    break
                 count += room // block
                 if count >= blocks:
                     return True
+            else:
+                stack.pop()
         if not stack:
             return False
         cache = self.__dict__.setdefault("_blocks_inside", {})

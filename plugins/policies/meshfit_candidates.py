@@ -127,6 +127,9 @@ class DomainFloors:
         self.topo, self.view, self.pods = topo, view, pods
         self.costs: dict[tuple[int, int], float] = {}
         self.domain_costs: dict[tuple[int, int], float] = {}
+        self.ties: dict[int, tuple[int, int, int]] = {}
+        self.ruled_out: dict[tuple[int, int, Candidate], bool] = {}
+        """`rules_out` by (pricer id, domain, incumbent), the incumbent keyed by identity (and kept alive here)."""
         self.deepest: dict[int, int] = {}
         self.broken_by_layout: dict[frozenset[int], int] = {}
         self._fully_free: list[bool] | None = None
@@ -187,14 +190,22 @@ class DomainFloors:
         floor first, then on the domain's own when the level's does not decide)."""
         if best is None:
             return False
-        return cannot_beat(self.cost(pricer, domain), lambda: self.tie(domain), best) or \
-            cannot_beat(self.domain_cost(pricer, domain), lambda: self.tie(domain), best)
+        key = (id(pricer), domain, best)  # the prefetch asks first, the search again with the same best
+        found = self.ruled_out.get(key)
+        if found is None:
+            found = self.ruled_out[key] = (
+                cannot_beat(self.cost(pricer, domain), lambda: self.tie(domain), best)
+                or cannot_beat(self.domain_cost(pricer, domain), lambda: self.tie(domain), best))
+        return found
 
     def tie(self, domain: int) -> tuple[int, int, int]:
         """Floor on the tie-breakers (whole domains broken, -level, leftover slots) of a layout inside `domain`."""
-        view = self.view
-        level = view.tree.level_of(domain)
-        return self.broken(domain, level), -level, view.slots(domain) - self.pods
+        found = self.ties.get(domain)
+        if found is None:
+            view = self.view
+            level = view.tree.level_of(domain)
+            found = self.ties[domain] = (self.broken(domain, level), -level, view.slots(domain) - self.pods)
+        return found
 
     def broken(self, domain: int, level: int) -> int:
         """Whole domains any layout of the gang inside `domain` must start using (a lower bound): the domain and

@@ -256,8 +256,7 @@ def _one_pod_per_host(tree: TreeIndex, hosts: list[int], pods: int) -> list[int]
     strategy takes the first `pods` hosts in child order, one pod each."""
     if len(hosts) < pods:
         raise ValueError("domain cannot hold the requested pods")
-    host_node = tree.host_node
-    return [host_node[host] for host in hosts[:pods]]
+    return list(map(tree.host_node.__getitem__, hosts[:pods]))
 
 
 def split_blocks(slots: list[int], pods: int, block: int) -> list[list[tuple[int, int]]] | None:
@@ -294,9 +293,15 @@ def _fill_pieces(view: SlotView, kids: list[int], pieces: list[list[tuple[int, i
     for block_pieces in pieces:
         for position, count in block_pieces:
             per_child[position] = per_child.get(position, 0) + count
-    handed = {position: iter(fill_domain(view, kids[position], count, blocks, PACK))
-              for position, count in per_child.items()}
-    return [next(handed[position]) for block_pieces in pieces for position, count in block_pieces for _ in range(count)]
+    filled = {position: fill_domain(view, kids[position], count, blocks, PACK) for position, count in per_child.items()}
+    handed = dict.fromkeys(per_child, 0)
+    nodes: list[int] = []
+    for block_pieces in pieces:
+        for position, count in block_pieces:
+            start = handed[position]
+            nodes.extend(filled[position][start:start + count])
+            handed[position] = start + count
+    return nodes
 
 
 def candidate_domains(view: SlotView, pods: int, min_level: int, per_level: int = 3) -> list[int]:

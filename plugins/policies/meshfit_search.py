@@ -17,7 +17,6 @@ import numpy as np
 
 from plugins.policies.meshfit_view import ROOT, SlotView, slot_view
 from scheduler.placement.jobs import Gang, parse_rank_order
-from scheduler.placement.tree_index import TreeIndex
 
 __all__ = ["BALANCE", "PACK", "ROOT", "SPREAD", "SlotView", "candidate_domains", "choose_children", "fill_domain",
            "pod_axis_grid", "pod_sequence", "slot_view", "split_blocks", "virtual_orders"]
@@ -203,33 +202,28 @@ def fill_domain(view: SlotView, domain: int, pods: int, blocks: tuple[int, ...] 
     """Node index for each of `pods` consecutive sequence positions inside `domain`, aligned to blocks.
 
     Memoised per view (read-only results).  A domain whose children are hosts with one free slot each is filled
-    the same way for any blocks and strategy (`_one_pod_per_host`): such fills are remembered per domain and pod
-    count only."""
-    memo = view.fills
-    found = memo.get((domain, pods))  # a fill of one-slot hosts, the same for any blocks and strategy
-    if found is not None:
-        return found
+    the same way for any blocks and strategy: every block larger than one pod fits in no host, every host has the
+    same capacity and leftover, so each strategy takes the first `pods` of those hosts in child order, one pod
+    each (a slice of the view's `one_slot_nodes`)."""
+    one_slot = view.one_slot_nodes(domain)
+    if one_slot is not None:
+        if len(one_slot) < pods:
+            raise ValueError("domain cannot hold the requested pods")
+        return one_slot[:pods]
     blocks = tuple(blocks)
-    key: tuple = (domain, pods, blocks, strategy)
+    key = (domain, pods, blocks, strategy)
+    memo = view.fills
     found = memo.get(key)
     if found is None:
-        one_slot_hosts = view.one_slot_hosts(domain)
-        if one_slot_hosts is not None:
-            key = (domain, pods)
-            found = memo[key] = _one_pod_per_host(view.tree, one_slot_hosts, pods)
-        else:
-            found = memo[key] = _fill_domain(view, domain, pods, blocks, strategy)
+        found = memo[key] = _fill_domain(view, domain, pods, blocks, strategy)
     return found
 
 
 def _fill_domain(view: SlotView, domain: int, pods: int, blocks: tuple[int, ...], strategy: str) -> list[int]:
-    tree = view.tree
-    hosts = tree.host_node
+    hosts = view.tree.host_node
     if domain in hosts:
         return [hosts[domain]] * pods
     kids, kid_slots = view.holding_kids(domain)
-    if view.one_slot_hosts(domain) is not None:
-        return _one_pod_per_host(tree, kids, pods)
     block, caps = _block_caps(view, domain, kids, kid_slots, pods, blocks)
     inner_block = _usable_blocks(blocks, pods)[1]
     if block == 1 and inner_block > 1 and strategy != SPREAD and max(kid_slots, default=0) >= inner_block:
@@ -247,16 +241,6 @@ def _fill_domain(view: SlotView, domain: int, pods: int, blocks: tuple[int, ...]
         else:
             nodes.extend(fill_domain(view, kid, count * block, blocks, inner))
     return nodes
-
-
-def _one_pod_per_host(tree: TreeIndex, hosts: list[int], pods: int) -> list[int]:
-    """`_fill_domain` of a domain whose children are hosts with one free slot each (`hosts`, in child order).
-
-    Every block larger than one pod fits in no host, every host has the same capacity and leftover, so each
-    strategy takes the first `pods` hosts in child order, one pod each."""
-    if len(hosts) < pods:
-        raise ValueError("domain cannot hold the requested pods")
-    return list(map(tree.host_node.__getitem__, hosts[:pods]))
 
 
 def split_blocks(slots: list[int], pods: int, block: int) -> list[list[tuple[int, int]]] | None:

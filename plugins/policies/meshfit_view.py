@@ -56,15 +56,17 @@ class SlotView:
             found = cache[domain] = (kids, [slots[kid] for kid in kids])
         return found
 
-    def one_slot_hosts(self, domain: int) -> list[int] | None:
-        """The children of `domain` holding a slot when they are hosts with one free slot each, else None (cached)."""
-        cache = self.__dict__.setdefault("_one_slot_hosts", {})
+    def one_slot_nodes(self, domain: int) -> list[int] | None:
+        """The nodes of the children of `domain` holding a slot, in child order, when those children are hosts with
+        one free slot each, else None (cached per view; read-only)."""
+        cache = self.__dict__.setdefault("_one_slot_nodes", {})
         if domain not in cache:
-            one, kids = False, []
+            nodes = None
             if self.tree.level_list[domain] == self.tree.levels - 2:  # only domains whose children are hosts
                 kids, kid_slots = self.holding_kids(domain)
-                one = max(kid_slots, default=0) == 1
-            cache[domain] = kids if one else None
+                if max(kid_slots, default=0) == 1:
+                    nodes = list(map(self.tree.host_node.__getitem__, kids))
+            cache[domain] = nodes
         return cache[domain]
 
     def slots(self, domain: int) -> int:

@@ -83,13 +83,17 @@ class MeshfitPolicy:
         level = view.tree.level_of(domain)
         leftover = view.slots(domain) - pods
         layouts = domain_layouts(view, domain, plans, slices)
+        taken: Candidate | None = None  # the best layout when it was found here: same level and leftover slots
         for pod_nodes, cost in zip(layouts, layout_costs(pricer, layouts)):
             if best is not None and clearly_costlier(cost, best.cost):
                 continue  # cannot win even on tie-breaks: skip pricing its fragmentation
-            candidate = Candidate(tuple(pod_nodes.tolist()), order, cost,
-                                  _tie_break(topo, view, floors, pod_nodes, level, leftover))
+            nodes = tuple(pod_nodes.tolist())
+            if taken is best and taken is not None and not costs_differ(cost, taken.cost) and \
+                    set(nodes) == set(taken.pod_nodes):
+                continue  # its nodes in another order: the same tie-breakers, so it cannot beat the best
+            candidate = Candidate(nodes, order, cost, _tie_break(topo, view, floors, pod_nodes, level, leftover))
             if candidate.beats(best):
-                best = candidate
+                best = taken = candidate
         return best
 
     def _single_pod(self, gang: Gang, topo: ClusterTopology, pricer: LayoutPricer, order: str,

@@ -112,6 +112,9 @@ class _Batch:
         self.table = np.concatenate(tables) if tables else np.zeros(0)
         self.table_offset = np.repeat(np.arange(len(tables), dtype=np.int64) * levels,
                                       [stack.shape[0] for stack in stacks]) + 1
+        self.axis_offset = np.arange(len(tables), dtype=np.int64) * levels + 1
+        self.monotone = all(bool((np.diff(table) <= 0).all()) for table in tables)
+        """Whether no axis's seconds grow with a deeper common level: its slowest group is then its widest."""
 
     def worst_seconds(self, pricer: LayoutPricer, layouts: np.ndarray) -> tuple[list[list[float]], list[list[int]]]:
         """Per multi-pod axis, per layout: the slowest group's seconds per call, and the widest level crossed."""
@@ -124,8 +127,12 @@ class _Batch:
                 widest.append(levels.min(axis=1).tolist())
             return worst, widest
         levels = _common_levels_members_first(geo, np.take(layouts, self.members_first, axis=1))
-        worst = np.maximum.reduceat(self.table[levels + self.table_offset], self.starts, axis=1)
-        return worst.T.tolist(), np.minimum.reduceat(levels, self.starts, axis=1).T.tolist()
+        widest = np.minimum.reduceat(levels, self.starts, axis=1)
+        if self.monotone:
+            worst = self.table[widest + self.axis_offset]
+        else:
+            worst = np.maximum.reduceat(self.table[levels + self.table_offset], self.starts, axis=1)
+        return worst.T.tolist(), widest.T.tolist()
 
 
 def price_layouts(pricer: LayoutPricer, layouts: np.ndarray, keys: list[bytes] | None = None) -> list[float]:

@@ -93,6 +93,7 @@ class PodSlots:
         self.only_on_free_nodes = bool(node_free.size) and self.gpus >= most
         self.node = node_free // self.gpus
         self.domain = self.tree.sums(self.node)
+        self._domain_list: list[int] | None = None
         self.total = int(self.node.sum())
         self._whole: np.ndarray | None = None
         self.node_free = node_free
@@ -119,8 +120,18 @@ class PodSlots:
             if change:
                 self.node[node] = slots
                 self.total += change
+                listed = self._domain_list
                 for domain in self.tree.path_lists[node]:
                     self.domain[domain] += change
+                    if listed is not None:
+                        listed[domain] += change
+
+    @property
+    def domain_list(self) -> list[int]:
+        """`domain` as a Python list (cheaper to read one domain at a time), kept in step with it once asked for."""
+        if self._domain_list is None:
+            self._domain_list = self.domain.tolist()
+        return self._domain_list
 
     @property
     def whole(self) -> np.ndarray:

@@ -106,18 +106,17 @@ def whole_domains_broken(topo: ClusterTopology, paths: list[list[int]], pod_node
 
 
 class _FullyFree:
-    """`fully_free_domains` read domain by domain from the live arrays (for layouts of a few nodes)."""
+    """Per domain id, whether none of its GPUs is in use, read domain by domain from the topology's domains (their
+    free GPUs are kept incrementally): a placement asks about a few dozen domains, not all of them."""
+
+    __slots__ = ("domains",)
 
     def __init__(self, topo: ClusterTopology) -> None:
-        self.free, self.total = topo.free_arrays()[1], domain_totals(topo)
+        self.domains = topo.domains
 
     def __getitem__(self, domain: int) -> bool:
-        return bool(self.free[domain] == self.total[domain])
-
-
-def fully_free_domains(topo: ClusterTopology) -> list[bool]:
-    """Per domain id, whether none of its GPUs is in use (a list: cheap to read many times within one placement)."""
-    return (topo.free_arrays()[1] == domain_totals(topo)).tolist()
+        found = self.domains[domain]
+        return found.gpus_free == found.gpus_total
 
 
 class DomainFloors:
@@ -132,13 +131,13 @@ class DomainFloors:
         """`rules_out` by (pricer id, domain, incumbent), the incumbent keyed by identity (and kept alive here)."""
         self.deepest: dict[int, int] = {}
         self.broken_by_layout: dict[frozenset[int], int] = {}
-        self._fully_free: list[bool] | None = None
+        self._fully_free: _FullyFree | None = None
 
     @property
-    def fully_free(self) -> list[bool]:
-        """`fully_free_domains` of the topology, computed once per placement."""
+    def fully_free(self) -> _FullyFree:
+        """Per domain id, whether it is fully free (read domain by domain: a placement asks about a few dozen)."""
         if self._fully_free is None:
-            self._fully_free = fully_free_domains(self.topo)
+            self._fully_free = _FullyFree(self.topo)
         return self._fully_free
 
     def layout_broken(self, pod_nodes: np.ndarray) -> int:

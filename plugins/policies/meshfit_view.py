@@ -40,10 +40,12 @@ class SlotView:
 
     @property
     def slot_list(self) -> list[int]:
-        """`domain_slots` as a Python list (cheap per-domain lookups while filling), built once per view."""
+        """`domain_slots` as a Python list (cheap per-domain lookups while filling): the topology's incrementally kept
+        list behind the view's arrays, or built once per view when restricted to assigned domains."""
         cached = self.__dict__.get("_slot_list")
         if cached is None:
-            cached = self.__dict__["_slot_list"] = self.domain_slots.tolist()
+            kept = self.kept
+            cached = self.__dict__["_slot_list"] = self.domain_slots.tolist() if kept is None else kept.domain_list
         return cached
 
     def holding_kids(self, domain: int) -> tuple[list[int], list[int]]:

@@ -34,6 +34,7 @@ def check(topo, gpus: int) -> None:
     want = expected_slots(topo, gpus)
     assert np.array_equal(kept.node, want["node"])
     assert np.array_equal(kept.domain, want["domain"])
+    assert kept.domain_list == want["domain"].tolist()  # the list mirror, once asked for, follows every change
     assert np.array_equal(kept.whole, want["whole"])
     assert kept.total == int(want["node"].sum())
     assert topo.hosts_by_free().fewest_and_roomiest(gpus, 2) == (want["fewest"], want["roomiest"])

@@ -315,6 +315,7 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
     writes = diff(api_writes(plane), before)
     result.update({"api_writes": sum(writes.values()), "api_writes_by_kind": writes,
                    "writes_per_bound_pod": round(sum(writes.values()) / max(1, len(watcher.bound_at)), 2),
+                   "whole_gangs": sum(1 for b, t in gang_status(core, ns).values() if 0 < b == t),
                    "partly_bound_gangs": sum(1 for b, t in gang_status(core, ns).values() if 0 < b < t),
                    "overcommitted_nodes": overcommitted(core)})
     if meshfit is not None:

@@ -184,6 +184,8 @@ class MeshfitPolicy:
                  for pricer, order, order_plans in zip(pricers, orders, plans)]
         best: Candidate | None = None
         prefetched = None
+        if self.prune and steps:
+            self._prefetch_first(view, steps, floors, slices)
         for position, (level, domain, pricer, order, order_plans) in enumerate(steps):
             if best is not None and best.cost <= floor and level != steps[position - 1][0]:
                 break  # the previous level reached the lower bound
@@ -199,13 +201,39 @@ class MeshfitPolicy:
                   slices: "SliceCheck | None") -> None:
         """Fill the layouts of `steps` (one level's) that the floors do not rule out now and price them, one call
         per pricer."""
-        by_pricer: dict[int, tuple[LayoutPricer, list[np.ndarray]]] = {}
-        for _, domain, pricer, _, order_plans in steps:
-            if self.prune and floors.rules_out(pricer, domain, best):
-                continue
-            by_pricer.setdefault(id(pricer), (pricer, []))[1].extend(domain_layouts(view, domain, order_plans, slices))
-        for pricer, layouts in by_pricer.values():
-            layout_costs(pricer, layouts)
+        _fill_and_price(view, [step for step in steps if not (self.prune and floors.rules_out(step[2], step[1], best))],
+                        slices)
+
+    @staticmethod
+    def _prefetch_first(view: SlotView, steps: list, floors: DomainFloors, slices: "SliceCheck | None") -> None:
+        """Fill and price together the first step and the steps of its level whose floors are clearly below the first
+        step's: every layout of the first step costs at least its floor, so none of them can rule those steps out and
+        the level's prefetch would fill them anyway (this saves it a pricing call of its own)."""
+        level, first_domain, first_pricer = steps[0][:3]
+        first = floors.domain_cost(first_pricer, first_domain)
+        sure = [steps[0]]
+        for step in steps[1:]:
+            if step[0] != level:
+                break
+            if _clearly_below(floors.cost(step[2], step[1]), first) and \
+                    _clearly_below(floors.domain_cost(step[2], step[1]), first):
+                sure.append(step)
+        if len(sure) > 1:
+            _fill_and_price(view, sure, slices)
+
+
+def _clearly_below(cost: float, other: float) -> bool:
+    """True when `cost` is lower than `other` by more than the tie tolerance."""
+    return cost < other and costs_differ(cost, other)
+
+
+def _fill_and_price(view: SlotView, steps: list, slices: "SliceCheck | None") -> None:
+    """Fill the layouts of `steps` and price the new ones, one call per pricer (the prices are remembered)."""
+    by_pricer: dict[int, tuple[LayoutPricer, list[np.ndarray]]] = {}
+    for _, domain, pricer, _, order_plans in steps:
+        by_pricer.setdefault(id(pricer), (pricer, []))[1].extend(domain_layouts(view, domain, order_plans, slices))
+    for pricer, layouts in by_pricer.values():
+        layout_costs(pricer, layouts)
 
 
 def _tie_break(topo: ClusterTopology, view: SlotView, floors: DomainFloors | None, pod_nodes: np.ndarray, level: int,

@@ -248,15 +248,21 @@ def _tie_break(topo: ClusterTopology, view: SlotView, floors: DomainFloors | Non
 
 def domain_layouts(view: SlotView, domain: int, plans: list[tuple[np.ndarray, list[int], str]],
                    slices: "SliceCheck | None") -> list[np.ndarray]:
-    """The layout (node per pod) of every plan inside `domain`, except those splitting a Kueue slice."""
-    pods = len(plans[0][0])
-    layouts = []
-    for sequence, blocks, strategy in plans:
-        pod_nodes = np.empty(pods, dtype=np.int64)
-        pod_nodes[sequence] = fill_domain(view, domain, pods, blocks, strategy)
-        if slices is None or slices.kept(pod_nodes):
-            layouts.append(pod_nodes)
-    return layouts
+    """The layout (node per pod) of every plan inside `domain`, except those splitting a Kueue slice: remembered
+    per view (read-only arrays), since the prefetch and the search both ask for them."""
+    cache = view.__dict__.setdefault("_domain_layouts", {})
+    key = (domain, id(plans), id(slices))
+    found = cache.get(key)
+    if found is None:
+        pods = len(plans[0][0])
+        layouts = []
+        for sequence, blocks, strategy in plans:
+            pod_nodes = np.empty(pods, dtype=np.int64)
+            pod_nodes[sequence] = fill_domain(view, domain, pods, blocks, strategy)
+            if slices is None or slices.kept(pod_nodes):
+                layouts.append(pod_nodes)
+        found = cache[key] = (layouts, plans, slices)  # the plans and slices kept alive: their ids stay theirs
+    return found[0]
 
 
 def layout_costs(pricer: LayoutPricer, layouts: list[np.ndarray]) -> list[float]:

@@ -92,14 +92,18 @@ def whole_domains_broken(topo: ClusterTopology, paths: list[list[int]], pod_node
 
     A fully free domain has only fully free domains below it, so on each node's path the fully free domains
     are the host and the ancestors above it up to the first one in use: each path is walked upwards until
-    then, or until a domain another node's walk already counted (it went on from there)."""
+    then, or until a domain another node's walk already counted (it went on from there) or found in use."""
     if fully_free is None:
         fully_free = _FullyFree(topo)
     nodes = set(pod_nodes.tolist() if isinstance(pod_nodes, np.ndarray) else pod_nodes)
     counted: set[int] = set()
+    in_use: set[int] = set()  # domains found in use: read once, however many nodes lie below them
     for node in nodes:
         for domain in reversed(paths[node]):
-            if domain in counted or not fully_free[domain]:
+            if domain in counted or domain in in_use:
+                break
+            if not fully_free[domain]:
+                in_use.add(domain)
                 break
             counted.add(domain)
     return len(counted)

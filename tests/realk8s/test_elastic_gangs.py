@@ -32,6 +32,24 @@ def create_elastic(kube, name: str, pods: int, dp_range: str, indexes: list[int]
         kube.core.create_namespaced_pod(kube.namespace, body)
 
 
+def told_why_waiting(kube, pod: str, timeout: float = 15.0) -> str:
+    """What a pending pod was told: meshfit's GangWaiting Events about it and its PodScheduled condition.
+
+    meshfit tells a pod past its elastic gang's size why it waits when kube-scheduler asks about it; once the
+    gang's reserved pods are bound (meshfit binds them itself, in ~100 ms) and the cluster is full,
+    kube-scheduler's own resource filter may reject the pod first and the extender is never asked: then the
+    condition says which resource is short.  Polled until either is there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        told = [m for name, reason, m in meshfit_events(kube.core, kube.namespace)
+                if name == pod and reason == "GangWaiting"]
+        conditions = kube.core.read_namespaced_pod(pod, kube.namespace).status.conditions or ()
+        told += [c.message or "" for c in conditions if c.type == "PodScheduled" and c.status == "False"]
+        if told or time.monotonic() > deadline:
+            return " | ".join(told)
+        time.sleep(0.5)
+
+
 def pods_of(kube, name: str) -> dict[int, object]:
     """Index -> pod of gang `name` (pods being deleted left out)."""
     pods = kube.core.list_namespaced_pod(kube.namespace, label_selector=f"{JOB_NAME}={name}").items
@@ -111,9 +129,8 @@ def test_an_elastic_gang_starts_small_grows_and_shrinks_by_whole_replicas(kube, 
     assert table["world_size"] == 32 and table["parallelism"]["dp"] == 4
     assert table["elastic"] == {"min_dp": 2, "max_dp": 8, "dp": 4, "generation": 1}
     assert gang_row(stack, f"{kube.namespace}/el")["elastic"] == "dp=4 of 2..8"
-    waiting = [m for pod, reason, m in meshfit_events(kube.core, kube.namespace)
-               if pod == "el-worker-6" and reason == "GangWaiting"]
-    assert any("runs at dp=4 of 2..8; this pod (index 6) waits for room to grow" in m for m in waiting), waiting
+    assert "runs at dp=4 of 2..8; this pod (index 6) waits for room to grow" in told_why_waiting(kube, "el-worker-6") \
+        or "Insufficient nvidia.com/gpu" in told_why_waiting(kube, "el-worker-6")
 
     # grow: the other gang finishes -> dp=8, rank table generation 2
     delete_gang(kube.core, kube.namespace, "other")

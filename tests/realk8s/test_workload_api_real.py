@@ -10,15 +10,18 @@ the assignment.  Skipped below 1.35, and with the reason when the binaries preda
 
 from __future__ import annotations
 
+import json
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from scheduler.handoff.assignment import parse_assignment
+from scheduler.kube.api import request_bytes
 from tests.realk8s.binaries import K8sInstall
 from tests.realk8s.cluster_builders import (
-    GPU, LEAF_LABEL, PARALLELISM, SCHEDULER_NAME, assert_no_overcommit, create_nodes, wait_for,
+    GPU, LEAF_LABEL, PARALLELISM, SCHEDULER_NAME, create_nodes, wait_for,
 )
 from tests.realk8s.conftest import KubeEnv, _admin_client, _create_namespace, _wipe
 from tests.realk8s.controlplane import ControlPlane, MeshfitProcess
@@ -90,7 +93,7 @@ def create_workload(env: Any, name: str, min_count: int) -> None:
 def create_members(env: Any, workload: str, size: int, indexes: list[int], parallelism: str) -> None:
     """Pods `indexes` of a Workload gang: `spec.workloadRef` (raw JSON: the client has no typed field yet)."""
     for i in indexes:
-        env.core.create_namespaced_pod(env.namespace, {
+        request_bytes(env.api_client, "POST", f"/api/v1/namespaces/{env.namespace}/pods", body={
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{workload}-{i}", "labels": {GANG_LABEL: workload},
                          "annotations": {"meshfit.io/pod-index": str(i), PARALLELISM: parallelism}},
@@ -100,15 +103,35 @@ def create_members(env: Any, workload: str, size: int, indexes: list[int], paral
 
 
 def members(env: Any, workload: str) -> dict[int, Any]:
-    """The gang's pods by index."""
-    pods = env.core.list_namespaced_pod(env.namespace, label_selector=f"{GANG_LABEL}={workload}").items
-    return {int(p.metadata.annotations["meshfit.io/pod-index"]): p for p in pods}
+    """The gang's pods by index, read as raw JSON (the typed client refuses `spec.workloadRef`)."""
+    raw = request_bytes(env.api_client, "GET", f"/api/v1/namespaces/{env.namespace}/pods",
+                        query=[("labelSelector", f"{GANG_LABEL}={workload}")])
+    pods = {}
+    for item in json.loads(raw)["items"]:
+        meta, spec = item["metadata"], item["spec"]
+        assert spec["workloadRef"] == {"name": workload, "podGroup": "workers"}, spec.get("workloadRef")
+        pods[int(meta["annotations"]["meshfit.io/pod-index"])] = SimpleNamespace(
+            name=meta["name"], annotations=meta.get("annotations") or {}, node_name=spec.get("nodeName"))
+    return pods
+
+
+def assert_no_overcommit(core: Any) -> None:
+    """No node's bound pods request more GPUs than it has (pods read raw: the typed client refuses workloadRef)."""
+    allocatable = {n.metadata.name: int((n.status.allocatable or {}).get(GPU, 0)) for n in core.list_node().items}
+    used: dict[str, int] = {}
+    for pod in json.loads(request_bytes(core.api_client, "GET", "/api/v1/pods"))["items"]:
+        node = pod["spec"].get("nodeName")
+        if node and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+            used[node] = used.get(node, 0) + sum(int(c.get("resources", {}).get("requests", {}).get(GPU, 0))
+                                                 for c in pod["spec"]["containers"])
+    over = {node: (gpus, allocatable.get(node, 0)) for node, gpus in used.items() if gpus > allocatable.get(node, 0)}
+    assert not over, f"GPU overcommit (requested, allocatable) per node: {over}"
 
 
 def bound_count(env: Any, workload: str) -> tuple[int, int]:
     """(bound, created) members of the gang."""
     pods = members(env, workload).values()
-    return sum(1 for p in pods if p.spec.node_name), len(pods)
+    return sum(1 for p in pods if p.node_name), len(pods)
 
 
 def assert_none_bound_for(env: Any, workload: str, seconds: float) -> None:
@@ -123,9 +146,9 @@ def assert_none_bound_for(env: Any, workload: str, seconds: float) -> None:
 def assert_whole_with_ranks(env: Any, workload: str, size: int) -> dict[int, str]:
     """Every member bound, each told its ranks and pod 0's real node as rendezvous; returns index -> node."""
     pods = members(env, workload)
-    assert sorted(pods) == list(range(size)) and all(p.spec.node_name for p in pods.values()), bound_count(env, workload)
-    nodes = {i: p.spec.node_name for i, p in pods.items()}
-    assignments = {i: parse_assignment(p.metadata.annotations or {}) for i, p in pods.items()}
+    assert sorted(pods) == list(range(size)) and all(p.node_name for p in pods.values()), bound_count(env, workload)
+    nodes = {i: p.node_name for i, p in pods.items()}
+    assignments = {i: parse_assignment(p.annotations) for i, p in pods.items()}
     ranks = sorted(r for a in assignments.values() for r in a.ranks)
     assert ranks == list(range(size * GPUS)), ranks
     assert {a.master_addr for a in assignments.values()} == {nodes[0]}, (assignments, nodes)

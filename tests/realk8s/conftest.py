@@ -121,18 +121,23 @@ def _create_namespace(core: Any) -> str:
     return name
 
 
+def clean_slate(plane: ControlPlane) -> KubeEnv:
+    """No Nodes, no pods from earlier tests on `plane`, and a fresh namespace (close `api_client` when done)."""
+    from kubernetes.client import CoreV1Api
+    api_client = _admin_client(plane)
+    core = CoreV1Api(api_client)
+    _wipe(api_client, core, plane.namespaces)
+    namespace = _create_namespace(core)
+    plane.namespaces.append(namespace)
+    return KubeEnv(core=core, api_client=api_client, namespace=namespace, control_plane=plane)
+
+
 @pytest.fixture
 def kube(control_plane: ControlPlane) -> KubeEnv:
     """A clean slate: no Nodes, no pods from earlier tests, and a fresh namespace for this test."""
-    from kubernetes.client import CoreV1Api
-    api_client = _admin_client(control_plane)
-    core = CoreV1Api(api_client)
-    _wipe(api_client, core, control_plane.namespaces)
-    namespace = _create_namespace(core)
-    control_plane.namespaces.append(namespace)
-    env = KubeEnv(core=core, api_client=api_client, namespace=namespace, control_plane=control_plane)
+    env = clean_slate(control_plane)
     yield env
-    api_client.close()
+    env.api_client.close()
 
 
 @dataclass

@@ -23,7 +23,7 @@ from tests.realk8s.binaries import K8sInstall
 from tests.realk8s.cluster_builders import (
     GPU, LEAF_LABEL, PARALLELISM, SCHEDULER_NAME, create_nodes, wait_for,
 )
-from tests.realk8s.conftest import KubeEnv, _admin_client, _create_namespace, _wipe
+from tests.realk8s.conftest import _admin_client, clean_slate
 from tests.realk8s.controlplane import ControlPlane, MeshfitProcess
 
 GATES = "GenericWorkload=true,GangScheduling=true"
@@ -61,25 +61,20 @@ def gated_plane(request: pytest.FixtureRequest, k8s_install: K8sInstall) -> Cont
 @pytest.fixture
 def wl(gated_plane: ControlPlane, request: pytest.FixtureRequest):
     """A clean namespace on the gated control plane, meshfit serve and kube-scheduler (gates on) started."""
-    from kubernetes.client import CoreV1Api, CustomObjectsApi
-    api_client = _admin_client(gated_plane)
-    core = CoreV1Api(api_client)
-    _wipe(api_client, core, gated_plane.namespaces)
-    namespace = _create_namespace(core)
-    gated_plane.namespaces.append(namespace)
-    env = KubeEnv(core=core, api_client=api_client, namespace=namespace, control_plane=gated_plane)
-    meshfit = MeshfitProcess(gated_plane.kubeconfig, gated_plane.logs / f"meshfit-{namespace}.log")
+    from kubernetes.client import CustomObjectsApi
+    env = clean_slate(gated_plane)
+    meshfit = MeshfitProcess(gated_plane.kubeconfig, gated_plane.logs / f"meshfit-{env.namespace}.log")
 
     def finish() -> None:
         gated_plane.stop_scheduler()
         meshfit.stop()
-        api_client.close()
+        env.api_client.close()
 
     request.addfinalizer(finish)
     meshfit.start()
     env.extra_logs.append(meshfit.process)
     gated_plane.start_scheduler(meshfit.url)
-    env.custom = CustomObjectsApi(api_client)
+    env.custom = CustomObjectsApi(env.api_client)
     return env
 
 

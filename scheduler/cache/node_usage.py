@@ -3,7 +3,7 @@ evictions."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from scheduler.cache.pod_record import PodRecord
 from topology.k8s import FINISHED_PHASES
@@ -14,8 +14,12 @@ class NodeUsage:
     each node (`nominated_to`) and gang-wide facts read from the pods; mixed into `ClusterState` (it provides
     `requested`, `nominated_to`, `pods`, `_uid_by_name`, `gang_index`, `superseded` and `gang_evicted`)."""
 
+    lock: Any
     requested: dict
     nominated_to: dict
+    pending_outside: dict
+    outside_since: dict
+    pod_events: int
     pods: dict
     _uid_by_name: dict
     gang_index: dict
@@ -47,6 +51,37 @@ class NodeUsage:
                 and record.phase not in FINISHED_PHASES and not record.terminating:
             self.nominated_to.setdefault(record.nominated, {})[record.uid] = record
             record.nominated_on = record.nominated
+        self._track_outside(record, present)
+
+    def _track_outside(self, record: PodRecord, present: bool) -> None:
+        """Keep `pending_outside` true for `record`: an unbound, unfinished, live pod that kube-scheduler binds without
+        meshfit (no gang, no GPUs) is listed with (the event count when first listed, the event count of its latest
+        change).  The direct binder's nomination fence reads it: such a pod may be in kube-scheduler's cycle right
+        now, and if it was so before kube-scheduler saw a member's nomination, it may still land on that node."""
+        self.pod_events += 1
+        self.pending_outside.pop(record.uid, None)
+        if not present:
+            return  # a replaced version, or the pod is gone: `outside_since` keeps its first sighting meanwhile
+        if record.member is None and record.gpus == 0 and not record.node and record.needs is not None \
+                and record.phase not in FINISHED_PHASES and not record.terminating:
+            first, last, fingerprint = self.outside_since.get(record.uid, (self.pod_events, 0, None))
+            if fingerprint != record.fingerprint:  # changed (or new): its latest change is now
+                last, fingerprint = self.pod_events, record.fingerprint
+            self.outside_since[record.uid] = (first, last, fingerprint)
+            self.pending_outside[record.uid] = (record, first, last)
+        else:
+            self.outside_since.pop(record.uid, None)
+        if len(self.outside_since) > 2 * len(self.pending_outside) + 1024:  # pods deleted while pending
+            self.outside_since = {uid: n for uid, n in self.outside_since.items() if uid in self.pending_outside}
+
+    def note_nomination(self, namespace: str, name: str, uid: str, node: str | None) -> None:
+        """A nomination was written for pod `namespace/name` (embedded mode: no watch reports it back)."""
+        with self.lock:
+            known = self._uid_by_name.get((namespace, name))
+            record = self.pods.get(known) if known is not None else None
+            if record is not None and (not uid or record.uid == uid):
+                record.nominated = node or ""
+                self._nominate(record, True)
 
     def _live_member(self, name: str, namespace: str) -> bool:
         """True while pod `namespace/name` exists, is not finished and is not being deleted."""

@@ -118,6 +118,12 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
         """Node -> resource -> requests of the bound, unfinished pods there (pods with `needs` only)."""
         self.nominated_to: dict[str, dict[str, PodRecord]] = {}
         """Node -> uid -> unbound pods nominated there (`status.nominatedNodeName`; pods with `needs` only)."""
+        self.pending_outside: dict[str, tuple[PodRecord, int, int]] = {}
+        """Uid -> (record, first event, latest event) of unbound pods kube-scheduler binds without meshfit."""
+        self.outside_since: dict[str, tuple[int, int, tuple]] = {}
+        """Uid -> (first, latest event count, fingerprint) of a `pending_outside` pod (kept across its updates)."""
+        self.pod_events = 0
+        """Pod changes indexed so far, in the order the watch delivered them (the nomination fence's clock)."""
 
     # ----- relist ------------------------------------------------------------------------------
     def replace_all(self, nodes: list[dict], pods: list[dict], objects: list[dict]) -> None:
@@ -131,7 +137,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
             for obj in objects:
                 self._store_object(obj)
             self.pods, self._uid_by_name, self.gang_index, self.requested = {}, {}, {}, {}
-            self.nominated_to = {}
+            self.nominated_to, self.pending_outside = {}, {}
             for pod in pods:
                 self._index(self._record(pod))
             self._rebuild_topology()

@@ -74,6 +74,17 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
     return state, KubeBinder(api_client)
 
 
+def kube_direct_binding(state: Any, binder: Any, fence_seconds: float, workers: int) -> Any:
+    """The direct binder's parts in Kubernetes mode: node-fit and race checks over the watched state, and
+    nominations written through the binder's API client."""
+    from scheduler.kube.binder import KubeNominator
+    from scheduler.kube.node_fit import state_collision_check, state_fit_check
+    from scheduler.service.gang_binding import DirectBinding
+
+    return DirectBinding(state_fit_check(state), state_collision_check(state), KubeNominator(binder.api_client),
+                         fence_seconds, workers)
+
+
 API_CONNECTIONS = 128
 """Connections the API client keeps: bind workers, kube-scheduler's concurrent `/bind` verbs (up to 40), the
 action and rank-table threads and one long-lived watch per resource, with room to spare (the client's default
@@ -186,6 +197,10 @@ def register(app: typer.Typer) -> None:
                                               "(after checking each against its node), instead of waiting for "
                                               "kube-scheduler to reach every member (docs/architecture.md)."),
         bind_workers: int = typer.Option(16, "--bind-workers", help="Bindings meshfit posts in parallel (1-256)."),
+        bind_fence_seconds: float = typer.Option(
+            2.0, "--bind-fence-seconds",
+            help="Real mode: how long a nominated member waits at most for pods kube-scheduler may have been placing "
+                 "before it saw the nomination (0-60; docs/architecture.md, \"Binding path\")."),
         config: Optional[Path] = typer.Option(None, "--config", help="Topology config file (levels, links)."),
         toleration: list[str] = typer.Option([], "--toleration", help="Taint to tolerate (key[=value][:Effect])."),
         replace_unhealthy: bool = typer.Option(True, "--replace-unhealthy/--no-replace-unhealthy",
@@ -259,6 +274,8 @@ def register(app: typer.Typer) -> None:
             reason = f"--max-body-bytes must be >= 1, got {max_body_bytes}"
         if not reason and not 1 <= bind_workers <= 256:
             reason = f"--bind-workers must be between 1 and 256, got {bind_workers}"
+        if not reason and not 0 <= bind_fence_seconds <= 60:
+            reason = f"--bind-fence-seconds must be between 0 and 60, got {bind_fence_seconds}"
         from scheduler.service.metrics import metrics_port_problem, start_metrics_server
 
         reason = reason or metrics_port_problem(metrics_port, port, grpc_port)
@@ -311,14 +328,11 @@ def register(app: typer.Typer) -> None:
                     state, binder = real_state(kubeconfig, cfg, toleration, reservation_ttl, policy,
                                                start_cache=leader is None)
                     publisher, actions = kube_rank_table_publisher(binder), kube_actions(binder)
-                direct = None
-                if cluster is None and direct_bind:
-                    from scheduler.kube.node_fit import state_fit_check
-
-                    direct = state_fit_check(state)
+                direct = kube_direct_binding(state, binder, bind_fence_seconds, bind_workers) \
+                    if cluster is None and direct_bind else None
                 scheduler, metrics = build_scheduler(state, binder, policy, publisher, actions,
                                                      completion_timeout=completion_timeout, preemption=preemption,
-                                                     direct_binding=direct, bind_workers=bind_workers)
+                                                     direct_binding=direct)
                 from scheduler.service.failures import install_failure_handling
 
                 scheduler.failures = install_failure_handling(scheduler, metrics, failure_options)

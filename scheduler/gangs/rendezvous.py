@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scheduler.handoff.assignment import ANNOTATION_MASTER_ADDR, AssignmentError, parse_assignment
+from scheduler.handoff.assignment import ANNOTATION_MASTER_ADDR, AssignmentError, PodAssignment, parse_assignment
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,11 @@ class GivenRendezvous:
                 f"parallelism={self.parallelism} (given to pod {self.pod or '?'})")
 
 
+def given_from_assignment(assignment: PodAssignment, pod: str = "") -> GivenRendezvous:
+    """The rendezvous a typed `PodAssignment` states (what its Binding tells the pod)."""
+    return GivenRendezvous(assignment.master_addr, assignment.rank_order, str(assignment.parallelism), pod)
+
+
 def given_from_annotations(annotations: Mapping[str, str] | None, pod: str = "") -> GivenRendezvous | None:
     """The rendezvous a meshfit bind wrote into a pod's annotations, or None (not bound by meshfit, or invalid)."""
     if not annotations or ANNOTATION_MASTER_ADDR not in annotations:
@@ -41,4 +46,4 @@ def given_from_annotations(annotations: Mapping[str, str] | None, pod: str = "")
         assignment = parse_assignment(annotations)
     except AssignmentError:
         return None
-    return GivenRendezvous(assignment.master_addr, assignment.rank_order, str(assignment.parallelism), pod)
+    return given_from_assignment(assignment, pod)

@@ -51,3 +51,25 @@ class KubeBinder:
             if exc.status in (404, 409):
                 raise BindConflict(text) from None
             raise BindError(text) from None
+
+
+class KubeNominator:
+    """Implements the service's `Nominator` protocol: one merge patch of the pod's status subresource."""
+
+    def __init__(self, api_client: Any, timeout: float = 10.0) -> None:
+        self.api_client = api_client
+        self.timeout = timeout
+
+    def nominate(self, namespace: str, name: str, uid: str, node: str | None) -> None:
+        """PATCH `status.nominatedNodeName` (uid as precondition); BindConflict on 404/409, BindError otherwise."""
+        body: dict[str, Any] = {"status": {"nominatedNodeName": node}}
+        if uid:
+            body["metadata"] = {"uid": uid}
+        try:
+            request_bytes(self.api_client, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", body=body,
+                          content_type="application/merge-patch+json", timeout=self.timeout)
+        except ApiStatusError as exc:
+            text = f"nominating node {node} for pod {namespace}/{name} failed: {exc.message or exc.reason} (HTTP {exc.status})"
+            if exc.status in (404, 409):
+                raise BindConflict(text) from None
+            raise BindError(text) from None

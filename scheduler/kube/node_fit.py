@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Container, Iterable, Mapping
 
 from kubernetes.utils import parse_quantity
 
@@ -180,23 +180,67 @@ def fit_reason(needs: PodNeeds, node: Mapping[str, Any], used: Mapping[str, Deci
     return _resource_reason(needs, node, used)
 
 
-def state_fit_check(state: Any) -> Callable[[Any, str, Mapping[str, Decimal]], str]:
+def state_fit_check(state: Any) -> Callable[..., str]:
     """The direct binder's check over a `ClusterState`: the record's `needs` on the Node object the watch reported,
     against what bound pods (`state.requested`), Bindings in flight there (`in_flight`) and unbound pods of no
-    lower priority nominated there (`state.nominated_to`: a preemptor waiting for its victims to go, as
-    kube-scheduler's filters count it) already take.  Call it under the state's lock."""
+    lower priority nominated there (`state.nominated_to`: meshfit's own reserved members and preemptors waiting
+    for their victims, as kube-scheduler's filters count them) already take.  Nominated pods whose uid is in
+    `busy` (their Binding is in flight, so already in `in_flight`) are not counted twice.  Call it under the
+    state's lock."""
 
-    def fits(record: Any, node_name: str, in_flight: Mapping[str, Decimal]) -> str:
+    def fits(record: Any, node_name: str, in_flight: Mapping[str, Decimal], busy: Container[str] = ()) -> str:
         node = state.nodes.get(node_name)
         if node is None or record.needs is None:
             return f"node {node_name} is not known" if node is None else "its spec was not read"
-        used = dict(state.requested.get(node_name, {}))
-        for resource, value in in_flight.items():
-            used[resource] = used.get(resource, 0) + value
-        for other in state.nominated_to.get(node_name, {}).values():
-            if other.uid != record.uid and other.priority >= record.priority:
-                for resource, value in other.needs.requests.items():
-                    used[resource] = used.get(resource, 0) + value
-        return fit_reason(record.needs, node, used)
+        return fit_reason(record.needs, node, node_usage(state, node_name, in_flight, record, busy))
 
     return fits
+
+
+def node_usage(state: Any, node_name: str, in_flight: Mapping[str, Decimal], record: Any,
+               busy: Container[str] = (), skip: str = "") -> dict[str, Decimal]:
+    """What kube-scheduler's filters count as taken on `node_name` when placing `record`: bound pods, `in_flight`,
+    and nominated pods of no lower priority other than `record`, those in `busy` and the pod `skip`."""
+    used = dict(state.requested.get(node_name, {}))
+    for resource, value in in_flight.items():
+        used[resource] = used.get(resource, 0) + value
+    for other in state.nominated_to.get(node_name, {}).values():
+        if other.uid not in (record.uid, skip) and other.uid not in busy and other.priority >= record.priority:
+            for resource, value in other.needs.requests.items():
+                used[resource] = used.get(resource, 0) + value
+    return used
+
+
+def state_collision_check(state: Any) -> Callable[..., bool]:
+    """The nomination fence's test over a `ClusterState`: could pod `other` land on `node_name` now (kube-scheduler's
+    view: bound pods, `in_flight`, nominated pods other than `member`) and leave no room there for `member`?"""
+
+    def racing(other: Any, member: Any, node_name: str, in_flight: Mapping[str, Decimal],
+               busy: Container[str] = ()) -> bool:
+        node = state.nodes.get(node_name)
+        if node is None or other.needs is None or member.needs is None:
+            return False
+        used = node_usage(state, node_name, in_flight, other, busy, skip=member.uid)
+        return collides(other.needs, node, used, member.needs.requests)
+
+    return racing
+
+
+def collides(needs: PodNeeds, node: Mapping[str, Any], used: Mapping[str, Decimal],
+             member_requests: Mapping[str, Decimal]) -> bool:
+    """True when a pod with `needs` passes kube-scheduler's node-local filters on `node` given `used`, but no longer
+    does once `member_requests` are taken there too (the two cannot both land on that node)."""
+    if any(value > 0 and used.get(r, 0) + value + needs.requests.get(r, 0) > _allocatable(node, r)
+           for r, value in member_requests.items()) is False:
+        return False  # cheap test first: no resource the member asks for is short for both
+    if fit_reason(needs, node, used):
+        return False
+    with_member = dict(used)
+    for resource, value in member_requests.items():
+        with_member[resource] = with_member.get(resource, 0) + value
+    return bool(fit_reason(needs, node, with_member))
+
+
+def _allocatable(node: Mapping[str, Any], resource: str) -> Decimal:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return _quantity(allocatable[resource]) if resource in allocatable else Decimal(0)

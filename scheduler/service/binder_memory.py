@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.service.binding import BindConflict
 
@@ -43,3 +44,22 @@ class MemoryBinder:
         """Forget a binding (the pod was deleted)."""
         with self._lock:
             self.bindings.pop((namespace, name), None)
+
+
+class MemoryNominator:
+    """Implements the `Nominator` protocol in memory: the nomination lands in the state at once, as the watch would
+    report it (embedded mode and tests); every call is recorded in `calls`."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        self.calls: list[tuple[str, str, str | None]] = []
+        self.failures = 0
+        """Fail this many of the next calls (tests of failed API calls)."""
+
+    def nominate(self, namespace: str, name: str, uid: str, node: str | None) -> None:
+        """Record the call and apply the nomination to the state's record of the pod."""
+        self.calls.append((namespace, name, node))
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("apiserver unreachable")
+        self.state.note_nomination(namespace, name, uid, node)

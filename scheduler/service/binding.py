@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from scheduler.placement.engine import build_ranks
-from scheduler.handoff.assignment import annotations_for_pod
+from scheduler.handoff.assignment import PodAssignment, assignment_for_pod
 from scheduler.placement.jobs import AUTO_RANK_ORDER, DEFAULT_RANK_ORDER, Gang
 from scheduler.placement.result import PLACED, Placement, RankInfo
 from scheduler.handoff.rank_table import rank_table_configmap
@@ -34,6 +34,15 @@ class Binder(Protocol):
 
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         """Create the Binding (and patch the annotations); raise on any failure."""
+        ...
+
+
+class Nominator(Protocol):
+    """Writes a pod's `status.nominatedNodeName`: kube-scheduler's filters then count the pod's requests on that node
+    for every pod of no higher priority, as they do for its own preemptors; raises on failure."""
+
+    def nominate(self, namespace: str, name: str, uid: str, node: str | None) -> None:
+        """Nominate `node` for the pod (None: clear the nomination)."""
         ...
 
 
@@ -81,16 +90,22 @@ def master_address(entry: Reservation) -> str:
     return entry.node_of(0) or ""
 
 
-def bind_annotations(entry: Reservation, index: int) -> dict[str, str]:
-    """The `meshfit.io/*` annotations for pod `index` of a reserved gang (`scheduler.handoff.assignment` format).
+def bind_assignment(entry: Reservation, index: int) -> PodAssignment:
+    """Pod `index`'s assignment in a reserved gang, decided once in typed form (its Binding carries it rendered as
+    `meshfit.io/*` annotations, `PodAssignment.to_annotations`).
 
-    The rendezvous invariant is enforced here, where the address is written: RendezvousMissing when no node is
+    The rendezvous invariant is enforced here, where the address is decided: RendezvousMissing when no node is
     held for pod 0 (bound, binding or reserved), so no member is ever bound with an empty `master-addr`."""
     master = master_address(entry)
     if not master:
         raise RendezvousMissing(f"gang {entry.gang_key}: no node is held for pod 0, so no member can be told its "
                                 f"rendezvous; pod 0 is placed first")
-    return annotations_for_pod(reservation_placement(entry), index, master)
+    return assignment_for_pod(reservation_placement(entry), index, master)
+
+
+def bind_annotations(entry: Reservation, index: int) -> dict[str, str]:
+    """`bind_assignment` rendered as the `meshfit.io/*` annotations a Binding carries."""
+    return bind_assignment(entry, index).to_annotations()
 
 
 def reservation_configmap(entry: Reservation) -> dict[str, Any]:

@@ -1,40 +1,44 @@
-"""`GangBinding`: once a gang is reserved, meshfit binds its members itself, in parallel, one write per pod.
+"""`GangBinding`: once a gang is reserved, meshfit nominates each member on its node, then binds it itself.
 
-Why (docs/architecture.md, "Binding path"): a reserved gang's members otherwise trickle through
-kube-scheduler's single queue one by one, interleaved with every other pod, and meshfit had to requeue
-the members kube-scheduler parked (two writes each).  meshfit already owns the reservation and already
-posts the Bindings that carry the rank assignment, so it posts them all as soon as the gang is reserved.
+Why (docs/architecture.md, "Binding path"): a reserved gang's members otherwise trickle through kube-scheduler's
+single queue one by one, interleaved with every other pod.  meshfit already owns the reservation and posts the
+Bindings that carry the rank assignment, so it posts them as soon as the gang is reserved -- but only after
+kube-scheduler can see the reservation, so that it never gives the room to another pod meanwhile:
 
-A member is bound here only when it is safe on its node without kube-scheduler's own filters:
+1. **Nominate.**  Each member's `status.nominatedNodeName` is set to its reserved node (`Nominator`, one write).
+   kube-scheduler's filters count a nominated pod's requests on that node for every pod of no higher priority
+   (the mechanism of its own preemption), so from then on it places no CPU pod, memory or host port into the room.
+2. **Fence.**  The member waits until no pod kube-scheduler may have been placing before it saw the nomination
+   can still land there (`scheduler.service.bind_fence`).
+3. **Check, then bind.**  Right before the Binding is posted, on the worker, the member's fit is checked again
+   against the latest state (`fits`: bound pods, Bindings in flight, nominated pods).  A member that no longer
+   fits is not bound: its slot goes back to reserved and it is left to kube-scheduler, whose own filters then
+   reject the node and meshfit moves the member to an offered node near its peers (`GangScheduler._unoffered`).
 
-- it is a pending pod the API server reported (never a request body), of meshfit's scheduler profile, not
-  terminating, its gang consistent, its slot plainly reserved on a schedulable node, pod 0's node held
-  (the rendezvous every Binding carries is never empty), and the gang is not being rolled back;
-- `fits(record, node, extra)` (`scheduler.kube.node_fit`) accepts it: cordon, taints, node selector and
-  required node affinity, every requested resource against what bound pods and this binder's in-flight
-  Bindings already take; pods whose fit depends on other objects (inter-pod affinity, spread constraints,
-  volumes claims, host ports, resource claims) are left to kube-scheduler;
-- kube-scheduler is not handling it right now (a member it filtered in the last `KUBE_GRACE_SECONDS` is
-  left to its own `/bind`, so the two never race on one pod).
-
-A Binding in flight marks the slot `binding` (nothing may move or free it, pod 0 included).  A failed one
-puts the slot back to reserved and is retried with backoff; a conflict (the pod is gone, or bound elsewhere)
-waits for the pod to change.  kube-scheduler's own `/bind` of a member this binder is binding waits for that
-Binding's outcome (`wait_for`), so both answers agree.
+A member is handled here only when it is safe on its node without kube-scheduler's own filters: a pending pod
+the API server reported, of meshfit's scheduler profile, not terminating, its gang consistent, its slot plainly
+reserved on a schedulable node, pod 0's node held, the gang not being rolled back, and no inter-pod affinity,
+spread constraints, volume claims, host ports or resource claims (`PodNeeds.direct_bind_blocker`).  A member
+kube-scheduler filtered in the last `KUBE_GRACE_SECONDS` is left to its own `/bind`.  A Binding in flight marks
+the slot `binding`; a failed one puts it back and is retried with backoff; kube-scheduler's `/bind` of a member
+being bound here waits for that Binding's outcome (`wait_for`).  Nominations meshfit made for members whose
+reservation went elsewhere are cleared.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from scheduler.cache.pod_record import PodRecord
-from scheduler.gangs.ledger import SLOT_RESERVED, Reservation
-from scheduler.gangs.rendezvous import given_from_annotations
-from scheduler.service.binding import BindConflict, Binder, RendezvousMissing, bind_annotations
+from scheduler.gangs.ledger import SLOT_BINDING, SLOT_RESERVED, Reservation
+from scheduler.gangs.rendezvous import given_from_assignment
+from scheduler.service.bind_fence import DEFAULT_FENCE_SECONDS, NominationFence
+from scheduler.service.binding import BindConflict, Binder, Nominator, RendezvousMissing, bind_assignment
+from scheduler.service.waker import Waker
 
 log = logging.getLogger("meshfit.bind")
 
@@ -42,46 +46,76 @@ KUBE_GRACE_SECONDS = 5.0
 """A member kube-scheduler filtered onto its node is left to kube-scheduler's `/bind` this long."""
 RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 15.0
+WATCH_LAG_SECONDS = 1.0
+"""How long a nomination written is awaited in the watch before it is written again (someone cleared it)."""
 DEFAULT_WORKERS = 16
 DRAINED_AT = 16
 """Bindings in flight at which the queue is asked to admit more gangs."""
 
 
-class GangBinding:
-    """Binds the reserved members of gangs directly; see the module docstring."""
+@dataclass(frozen=True)
+class DirectBinding:
+    """What meshfit binds members with: the node-fit check, the fence's race test, the nominator, the fence's
+    limit and the worker count (`scheduler.kube.node_fit.state_fit_check` / `state_collision_check` and
+    `scheduler.kube.binder.KubeNominator` in Kubernetes mode)."""
 
-    def __init__(self, state: Any, binder: Binder, fits: Callable[[PodRecord, str, dict], str],
-                 on_bound: Callable[[str], None], clock: Callable[[], float],
-                 scheduler_names: Callable[[], frozenset[str]], workers: int = DEFAULT_WORKERS,
-                 synchronous: bool = False) -> None:
-        self.state, self.binder, self.fits, self.on_bound, self.clock = state, binder, fits, on_bound, clock
-        self.scheduler_names = scheduler_names
+    fits: Callable[..., str]
+    collides: Callable[..., bool]
+    nominator: Nominator
+    fence_seconds: float = DEFAULT_FENCE_SECONDS
+    workers: int = DEFAULT_WORKERS
+
+
+@dataclass(frozen=True)
+class BindingHooks:
+    """What the direct binder tells and asks the rest of the service."""
+
+    on_bound: Callable[[str], None]
+    """A member of this gang was bound (publish the rank table when whole)."""
+    rolling_back: Callable[[str], bool]
+    """Whether a gang is being rolled back (no member of it may bind)."""
+    scheduler_names: Callable[[], frozenset[str]]
+    """meshfit's kube-scheduler profile names."""
+    on_drained: Callable[[], None]
+    """Called under the state lock when the Bindings in flight fall to `DRAINED_AT` (the queue may admit more)."""
+    observe: Callable[[float, bool], None]
+    """Called with (seconds, succeeded) after each Binding call."""
+
+
+class GangBinding:
+    """Nominates, fences and binds the reserved members of gangs; see the module docstring."""
+
+    def __init__(self, state: Any, binder: Binder, config: DirectBinding, hooks: BindingHooks,
+                 clock: Callable[[], float], synchronous: bool = False) -> None:
+        self.state, self.binder, self.config, self.hooks, self.clock = state, binder, config, hooks, clock
+        self.fits, self.nominator = config.fits, config.nominator
+        self.fence = NominationFence(state, config.collides, clock, config.fence_seconds)
         self.synchronous = synchronous
-        self._pool = None if synchronous else ThreadPoolExecutor(workers, thread_name_prefix="meshfit-bind")
+        self._pool = None if synchronous else ThreadPoolExecutor(config.workers, thread_name_prefix="meshfit-bind")
+        self._waker = None if synchronous else Waker(self._wake)
         self.in_flight: dict[str, Future] = {}
         """Pod uid -> the outcome ("" or an error text) of the Binding this binder is posting for it."""
         self.in_flight_requests: dict[str, dict[str, Any]] = {}
         """Node -> requests of this binder's Bindings in flight there (not yet in `state.requested`)."""
+        self.nominating: dict[str, str] = {}
+        """Pod uid -> the node a nomination write in flight names."""
+        self.nominated: dict[str, tuple[str, float]] = {}
+        """Pod uid -> (node, when) of the last nomination this binder wrote and the API server accepted."""
         self.kube_handling: dict[str, float] = {}
         """Pod uid -> when kube-scheduler was last told this member's node (it is binding it itself)."""
         self.retry_at: dict[str, tuple[float, int, tuple]] = {}
         """Pod uid -> (not before, failures so far, pod fingerprint at the last failure)."""
         self.refused: dict[str, str] = {}
         """Pod uid -> why it is left to kube-scheduler (logged once per reason)."""
-        self.rolling_back: Callable[[str], bool] = lambda key: False
-        """Whether a gang is being rolled back (no member of it may bind)."""
-        self.counts = {"bound": 0, "failed": 0, "conflicts": 0}
-        self._pending_sync: list[tuple] = []
-        self.on_drained: Callable[[], None] = lambda: None
-        """Called under the state lock when the Bindings in flight fall to `DRAINED_AT` (the queue may admit more)."""
-        self.observe: Callable[[float, bool], None] = lambda seconds, ok: None
-        """Called with (seconds, succeeded) after each Binding call."""
+        self.counts = {"bound": 0, "failed": 0, "conflicts": 0, "nominated": 0, "nominate_failed": 0,
+                       "no_longer_fit": 0, "cleared": 0}
+        self._pending_sync: list[Callable[[], None]] = []
 
     # ----- decisions (under the state lock) ------------------------------------------------------------------
     def kick(self, gang_key: str) -> int:
-        """Start Bindings for every member of `gang_key` that may be bound now; returns how many started."""
+        """Nominate or bind every member of `gang_key` that is ready for it; returns how many Bindings started."""
         entry = self.state.ledger.get(gang_key)
-        if entry is None or self.rolling_back(gang_key) or entry.node_of(0) is None:
+        if entry is None or self.hooks.rolling_back(gang_key) or entry.node_of(0) is None:
             return 0
         started = 0
         for record in list(self.state.gang_index.get(gang_key, {}).values()):
@@ -90,10 +124,20 @@ class GangBinding:
         return started
 
     def kick_all(self) -> int:
-        """`kick` every gang with a plainly reserved slot (the periodic pass: retries, late pods)."""
+        """`kick` every gang with a plainly reserved slot, and clear stale nominations (the periodic pass)."""
+        self._clear_stale_nominations()
         keys = [key for key, entry in self.state.ledger.entries.items()
                 if any(s.state == SLOT_RESERVED for s in entry.slots.values())]
         return sum(self.kick(key) for key in keys)
+
+    def member_pending(self, record: PodRecord) -> None:
+        """The watch reported a pending member (under the lock): nominate or bind it if its gang is reserved."""
+        if record.member is not None:
+            self.kick(record.member.gang_key)
+
+    def on_transition(self, gang_key: str, _from: str, _to: str) -> None:
+        """A gang's slots were (re)held (`reserved`, `repaired`, `re-placed`, `restored`): start on its members."""
+        self.kick(gang_key)
 
     def note_kube_handling(self, record: PodRecord) -> None:
         """kube-scheduler was just told this member's node: it binds it through `/bind` itself."""
@@ -103,6 +147,10 @@ class GangBinding:
         """True when this binder will not bind `record` (kube-scheduler must; requeue it if it may be parked)."""
         needs = record.needs
         return needs is None or bool(getattr(needs, "direct_bind_blocker", "")) or record.uid in self.refused
+
+    def bind_backlog(self) -> int:
+        """Bindings started and not finished."""
+        return len(self.in_flight)
 
     def _may_bind(self, record: PodRecord, entry: Reservation) -> bool:
         member = record.member
@@ -126,46 +174,107 @@ class GangBinding:
                          extra={"gang": member.gang_key, "decision": "left-to-kube-scheduler"})
             return False
         self.refused.pop(record.uid, None)
+        if record.nominated != slot.node:
+            self._nominate(record, slot.node)
+            return False
+        wait = self.fence.wait_seconds(record, slot.node, self.in_flight_requests.get(slot.node, {}), self.in_flight)
+        if wait > 0:
+            self._wake_later(member.gang_key, wait)
+            return False
         return True
 
     def _refusal(self, record: PodRecord, entry: Reservation, node: str) -> str:
         blocker = getattr(record.needs, "direct_bind_blocker", "")
         if blocker:
             return blocker
-        if record.scheduler_name not in self.scheduler_names():
+        if record.scheduler_name not in self.hooks.scheduler_names():
             return f"its schedulerName {record.scheduler_name!r} is not meshfit's profile"
         if entry.signature is not None and record.signature() != entry.signature:
             return "it disagrees with the gang's reservation"
         topo_node = self.state.topology.node_by_name.get(node)
         if topo_node is None or not topo_node.schedulable:
             return f"node {node} is not schedulable"
-        return self.fits(record, node, self.in_flight_requests.get(node, {}))
+        return self.fits(record, node, self.in_flight_requests.get(node, {}), self.in_flight)
 
+    # ----- nominations ----------------------------------------------------------------------------------------
+    def _nominate(self, record: PodRecord, node: str | None) -> None:
+        """Write `node` as the pod's nomination (None: clear it) on a worker, unless that write is under way or
+        was just accepted and the watch has not shown it yet."""
+        if record.uid in self.nominating:
+            return
+        written = self.nominated.get(record.uid)
+        if node is not None and written is not None and written[0] == node \
+                and self.clock() - written[1] < WATCH_LAG_SECONDS:
+            self._wake_later(record.member.gang_key if record.member else "", WATCH_LAG_SECONDS)
+            return
+        self.nominating[record.uid] = node or ""
+        self._submit(lambda: self._post_nomination(record, node))
+
+    def _post_nomination(self, record: PodRecord, node: str | None) -> None:
+        error = ""
+        try:
+            self.nominator.nominate(record.namespace, record.name, record.uid, node)
+        except BindConflict as exc:
+            error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure: retried with backoff
+            error = f"nominating node {node} for pod {record.key} failed: {exc}"
+        with self.state.lock:
+            self.nominating.pop(record.uid, None)
+            if error:
+                self.counts["nominate_failed"] += 1
+                self._back_off(record, conflict=False)
+                log.warning("pod %s: %s", record.key, error, extra={"pod": record.key, "decision": "nominate-failed"})
+            elif node is None:
+                self.nominated.pop(record.uid, None)
+                self.counts["cleared"] += 1
+            else:
+                self.nominated[record.uid] = (node, self.clock())
+                self.counts["nominated"] += 1
+            if record.member is not None and not error and node is not None:
+                self.kick(record.member.gang_key)  # in memory the nomination is in the state already
+
+    def _clear_stale_nominations(self) -> None:
+        """Clear nominations this binder wrote for members whose slot is no longer reserved on that node."""
+        for uid, (node, _) in list(self.nominated.items()):
+            record = self.state.pods.get(uid)
+            if record is None or record.node or record.member is None:
+                self.nominated.pop(uid, None)
+                continue
+            entry = self.state.ledger.get(record.member.gang_key)
+            slot = entry.slots.get(record.member.index) if entry is not None else None
+            if (slot is None or slot.node != node or slot.state not in (SLOT_RESERVED, SLOT_BINDING)) \
+                    and record.nominated == node:
+                self._nominate(record, None)
+
+    # ----- the Binding -----------------------------------------------------------------------------------------
     def _start(self, record: PodRecord, entry: Reservation) -> int:
         member = record.member
         slot = entry.slots[member.index]
         try:
-            annotations = bind_annotations(entry, member.index)
+            assignment = bind_assignment(entry, member.index)
         except RendezvousMissing:
             return 0
         if not self.state.ledger.mark_binding(member.gang_key, member.index, record.name,
-                                              given_from_annotations(annotations, record.name)):
+                                              given_from_assignment(assignment, record.name)):
             return 0
         future: Future = Future()
         self.in_flight[record.uid] = future
         self._add_in_flight(slot.node, record, +1)
-        job = (record, member.gang_key, member.index, slot.node, annotations, future)
+        self._submit(lambda: self._bind(record, member.gang_key, member.index, slot.node, assignment, future))
+        return 1
+
+    def _submit(self, job: Callable[[], None]) -> None:
         if self._pool is None:
             self._pending_sync.append(job)
         else:
-            self._pool.submit(self._bind, *job)
-        return 1
+            self._pool.submit(job)
 
     def run_pending(self) -> None:
-        """Synchronous mode (tests): post the Bindings `kick` queued, outside the state lock."""
-        jobs, self._pending_sync = list(self._pending_sync), []
-        for job in jobs:
-            self._bind(*job)
+        """Synchronous mode (tests): run the writes `kick` queued, outside the state lock."""
+        while self._pending_sync:
+            jobs, self._pending_sync = list(self._pending_sync), []
+            for job in jobs:
+                job()
 
     def _add_in_flight(self, node: str, record: PodRecord, sign: int) -> None:
         used = self.in_flight_requests.setdefault(node, {})
@@ -174,17 +283,38 @@ class GangBinding:
         if all(not v for v in used.values()):
             self.in_flight_requests.pop(node, None)
 
-    # ----- the Binding (a worker thread, off the lock) ---------------------------------------------------------
-    def _bind(self, record: PodRecord, gang_key: str, index: int, node: str, annotations: dict,
+    def _still_fits(self, record: PodRecord, gang_key: str, index: int, node: str) -> str:
+        """The check right before the Binding (under the lock): "" when it may be posted, else why not."""
+        current = self.state.pods.get(record.uid)
+        entry = self.state.ledger.get(gang_key)
+        slot = entry.slots.get(index) if entry is not None else None
+        if current is None or current.node or current.terminating:
+            return "the pod is gone, bound or terminating"
+        if slot is None or slot.state != SLOT_BINDING or slot.node != node or self.hooks.rolling_back(gang_key):
+            return "its reservation changed"
+        others = {r: v - record.needs.requests.get(r, 0) for r, v in self.in_flight_requests.get(node, {}).items()}
+        busy = {uid for uid in self.in_flight if uid != record.uid}
+        return self.fits(current, node, others, busy)
+
+    def _bind(self, record: PodRecord, gang_key: str, index: int, node: str, assignment: Any,
               future: Future) -> None:
+        """Post one Binding (a worker thread, off the lock), after checking the fit against the latest state."""
+        with self.state.lock:
+            reason = self._still_fits(record, gang_key, index, node)
+            if reason:
+                self._no_longer_fits(record, gang_key, index, node, reason)
+        if reason:
+            future.set_result(reason)
+            return
         error, conflict, started = "", False, time.perf_counter()
+        annotations = assignment.to_annotations()
         try:
             self.binder.bind(record.namespace, record.name, record.uid, node, annotations)
         except BindConflict as exc:
             error, conflict = str(exc), True
         except Exception as exc:  # noqa: BLE001 - any failure: the slot stays held, retried later
             error = f"binding {record.namespace}/{record.name} to {node} failed: {exc}"
-        self.observe(time.perf_counter() - started, not error)
+        self.hooks.observe(time.perf_counter() - started, not error)
         with self.state.lock:
             self._add_in_flight(node, record, -1)
             self.in_flight.pop(record.uid, None)
@@ -195,20 +325,46 @@ class GangBinding:
                 self.retry_at.pop(record.uid, None)
                 self.state.record_binding(record.namespace, record.name, node, annotations)
             if len(self.in_flight) == DRAINED_AT:
-                self.on_drained()
+                self.hooks.on_drained()
         future.set_result(error)
         if not error:
-            self.on_bound(gang_key)
+            self.hooks.on_bound(gang_key)
+
+    def _no_longer_fits(self, record: PodRecord, gang_key: str, index: int, node: str, reason: str) -> None:
+        """Right before its Binding the member no longer fits: nothing is posted; the slot is plainly reserved again
+        and the member is left to kube-scheduler, whose filters reject the node, so meshfit moves the member."""
+        self._add_in_flight(node, record, -1)
+        self.in_flight.pop(record.uid, None)
+        self.state.ledger.unmark_binding(gang_key, index)
+        self.refused[record.uid] = reason
+        self.counts["no_longer_fit"] += 1
+        log.warning("gang %s: pod %s no longer fits node %s right before its Binding (%s); left to kube-scheduler, "
+                    "which re-places it", gang_key, record.name, node, reason,
+                    extra={"gang": gang_key, "decision": "no-longer-fits"})
 
     def _failed(self, record: PodRecord, gang_key: str, index: int, error: str, conflict: bool) -> None:
         self.state.ledger.unmark_binding(gang_key, index)
-        _, failures, _ = self.retry_at.get(record.uid, (0.0, 0, ()))
-        wait = min(RETRY_FIRST_SECONDS * 2 ** failures, RETRY_MAX_SECONDS)
-        self.retry_at[record.uid] = (self.clock() + wait, failures + 1, record.fingerprint if conflict else ())
+        wait = self._back_off(record, conflict)
         self.counts["conflicts" if conflict else "failed"] += 1
         log.warning("gang %s: binding pod %s failed (%s): %s", gang_key, record.name,
                     "waits for the pod to change" if conflict else f"retry in {wait:.1f} s", error,
                     extra={"gang": gang_key, "decision": "bind-failed"})
+
+    def _back_off(self, record: PodRecord, conflict: bool) -> float:
+        _, failures, _ = self.retry_at.get(record.uid, (0.0, 0, ()))
+        wait = min(RETRY_FIRST_SECONDS * 2 ** failures, RETRY_MAX_SECONDS)
+        self.retry_at[record.uid] = (self.clock() + wait, failures + 1, record.fingerprint if conflict else ())
+        return wait
+
+    # ----- wake-ups -------------------------------------------------------------------------------------------
+    def _wake_later(self, gang_key: str, seconds: float) -> None:
+        """Ask again about `gang_key` in `seconds` (the periodic pass does it in synchronous mode)."""
+        if self._waker is not None and gang_key:
+            self._waker.at(gang_key, seconds)
+
+    def _wake(self, gang_key: str) -> None:
+        with self.state.lock:
+            self.kick(gang_key)
 
     # ----- kube-scheduler's /bind of a member in flight here ------------------------------------------------------
     def wait_for(self, uid: str, timeout: float) -> str | None:
@@ -223,12 +379,13 @@ class GangBinding:
 
     def forget_gone(self, known: dict) -> None:
         """Drop bookkeeping of pods no longer known (call under the lock)."""
-        for table in (self.kube_handling, self.retry_at, self.refused):
+        for table in (self.kube_handling, self.retry_at, self.refused, self.fence.seen):
             for uid in [u for u in table if u not in known]:
                 del table[uid]
 
     def shutdown(self) -> None:
         """Stop the worker pool after the Bindings already started."""
+        if self._waker is not None:
+            self._waker.stop()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-

@@ -105,6 +105,11 @@ class GangLifecycle(GangAdmission):
         self.told_gang: dict[str, str] = {}
         """Gang key -> the waiting reason last recorded as an Event (one Event per gang per change)."""
 
+    def use_direct_binder(self, leaves_to_kube: Callable[[PodRecord], bool], bind_backlog: Callable[[], int]) -> None:
+        """Members are nominated and bound by meshfit's direct binder: which ones it leaves to kube-scheduler, and
+        how many Bindings it has in flight."""
+        self.leaves_to_kube, self.bind_backlog = leaves_to_kube, bind_backlog
+
     # ----- members ----------------------------------------------------------------------------
     def pod_ref(self, record: PodRecord) -> PodRef:
         """The `PodRef` of a record."""

@@ -35,7 +35,7 @@ from scheduler.gangs.reserve_ops import place_and_reserve, reserve_remaining
 from scheduler.service.actions import ActionDispatcher, ClusterActions, MemoryActions
 from scheduler.service.binding import Binder, RankTablePublisher
 from scheduler.service.bind_verb import UNKNOWN_NODE_REASON, BindVerb
-from scheduler.service.gang_binding import GangBinding
+from scheduler.service.gang_binding import BindingHooks, DirectBinding, GangBinding
 from scheduler.service.gang_lifecycle import DEFAULT_COMPLETION_TIMEOUT, GangLifecycle
 from scheduler.service.elastic import ElasticGangs
 from scheduler.service.preemption_flow import PreemptionFlow
@@ -75,8 +75,7 @@ class GangScheduler(BindVerb):
                  on_publish_failed: Callable[[str, Exception], None] | None = None,
                  actions: ClusterActions | None = None, synchronous_actions: bool = False,
                  completion_timeout: float = DEFAULT_COMPLETION_TIMEOUT, preemption: bool = True,
-                 direct_binding: Callable[[PodRecord, str, dict], str] | None = None,
-                 bind_workers: int = 16) -> None:
+                 direct_binding: DirectBinding | None = None) -> None:
         self.state = state
         self.binder = binder
         self.policy = policy
@@ -94,19 +93,22 @@ class GangScheduler(BindVerb):
         self.observe_binding: Callable[[str, float, bool], None] = lambda by, seconds, ok: None
         """Called with (who asked: "meshfit" | "kube-scheduler", seconds, succeeded) after each Binding call."""
         self.direct: GangBinding | None = None
-        """Binds reserved members itself (`scheduler.service.gang_binding`) when given a node-fit check."""
+        """Nominates and binds reserved members itself (`scheduler.service.gang_binding`) when configured."""
         if direct_binding is not None:
-            self.direct = GangBinding(state, binder, direct_binding, self._publish_if_bound, state.ledger.clock,
-                                      lambda: self.lifecycle.scheduler_names, workers=bind_workers,
-                                      synchronous=synchronous_actions)
-            self.direct.observe = lambda seconds, ok: self.observe_binding("meshfit", seconds, ok)
-            self.direct.rolling_back = self.lifecycle.is_rolling_back
+            self.direct = GangBinding(state, binder, direct_binding, BindingHooks(
+                on_bound=self._publish_if_bound, rolling_back=self.lifecycle.is_rolling_back,
+                scheduler_names=self._scheduler_names, on_drained=self.lifecycle.admit_waiting,
+                observe=self._observe_direct_binding), state.ledger.clock, synchronous=synchronous_actions)
             for transition in ("reserved", "repaired", "re-placed", "restored"):  # members with slots held
-                self.lifecycle.machine.on(transition, lambda key, _from, _to: self.direct.kick(key))
-            self.lifecycle.leaves_to_kube = self.direct.leaves_to_kube
-            self.lifecycle.bind_backlog = lambda: len(self.direct.in_flight)
-            self.direct.on_drained = self.lifecycle.admit_waiting
-            state.member_pending = self._member_pending
+                self.lifecycle.machine.on(transition, self.direct.on_transition)
+            self.lifecycle.use_direct_binder(self.direct.leaves_to_kube, self.direct.bind_backlog)
+            state.member_pending = self.direct.member_pending
+
+    def _scheduler_names(self) -> frozenset[str]:
+        return self.lifecycle.scheduler_names
+
+    def _observe_direct_binding(self, seconds: float, ok: bool) -> None:
+        self.observe_binding("meshfit", seconds, ok)
 
     # ----- housekeeping ----------------------------------------------------------------------
     def sweep(self) -> list[str]:
@@ -134,10 +136,6 @@ class GangScheduler(BindVerb):
         if reserved:
             self.rank_tables.publish_soon(sorted(reserved))
 
-    def _member_pending(self, record: PodRecord) -> None:
-        """The watch reported a pending member (called under the lock): bind it if its gang is reserved."""
-        if self.direct is not None and record.member is not None:
-            self.direct.kick(record.member.gang_key)
 
     def run_direct_binds(self) -> None:
         """Synchronous mode (tests): post the Bindings the direct binder queued (no-op otherwise)."""

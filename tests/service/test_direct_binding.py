@@ -15,7 +15,9 @@ from scheduler.service.app import build_scheduler, create_app
 from scheduler.service.binder_memory import MemoryBinder
 from scheduler.service.binding import BindConflict
 
-from tests.service.helpers import FakeClock, Service, filter_nodes, gang_pod, make_nodes, make_pod
+from tests.service.helpers import (
+    FakeClock, Service, filter_nodes, gang_pod, make_nodes, make_pod, memory_direct_binding,
+)
 
 
 def fit_nodes(racks: int = 2, per_rack: int = 4, **changes) -> list[dict]:
@@ -61,7 +63,7 @@ def direct_service(nodes: list[dict] | None = None, synchronous: bool = True, **
     state.replace_all(nodes if nodes is not None else fit_nodes(), [], [])
     binder = CountingBinder()
     scheduler, metrics = build_scheduler(state, binder, "first-fit", actions=MemoryActions(),
-                                         synchronous_actions=synchronous, direct_binding=state_fit_check(state),
+                                         synchronous_actions=synchronous, direct_binding=memory_direct_binding(state),
                                          **options)
     return Service(state, scheduler, binder, TestClient(create_app(scheduler, metrics)), clock)
 
@@ -194,7 +196,7 @@ def test_a_taint_meshfit_tolerates_but_the_member_does_not_keeps_meshfit_from_bi
     state.replace_all(nodes, [], [])
     binder = CountingBinder()
     scheduler, _ = build_scheduler(state, binder, "first-fit", actions=MemoryActions(), synchronous_actions=True,
-                                   direct_binding=state_fit_check(state))
+                                   direct_binding=memory_direct_binding(state))
     pods = members("g", 2)
     pods[0]["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
     watch(Service(state, scheduler, binder, None, clock), pods)

@@ -1,0 +1,87 @@
+"""`NominationFence`: when a nominated member may be bound without racing a pod kube-scheduler is placing.
+
+meshfit reserves a gang, then nominates each member on its reserved node (`status.nominatedNodeName`).  From the
+moment kube-scheduler's informer has that nomination, its filters count the member's requests on the node for
+every pod of no higher priority (`RunFilterPluginsWithNominatedPods`), exactly as for its own preemptors.  What
+the nomination cannot stop is a pod whose scheduling cycle ran *before* kube-scheduler saw it: such a pod may be
+assumed on the node with its Binding still on the way.  The fence closes that window:
+
+- The watch delivers pod changes in the API server's order, so a pod first seen after the member's nomination
+  was seen was created after it, and kube-scheduler's informer (same order) had the nomination before it.
+- So the pods that can still race the member on node X are the pods kube-scheduler binds without meshfit (no
+  gang, no GPUs: `ClusterState.pending_outside`), unbound, that *collide* with the member on X (each fits there
+  alone, not both), and either were first seen before the nomination and have not changed since (a cycle of
+  theirs may be in flight), or have a higher priority (kube-scheduler ignores a lower-priority nomination).
+- While any such pod exists, the member waits; a pod bound (anywhere), deleted, or rewritten by kube-scheduler
+  since (its cycle ended without a Binding) no longer holds it.  After `limit_seconds` the member is bound anyway:
+  a cycle that started before the nomination has long ended by then.  The fit check right before the Binding
+  (`GangBinding`) then counts whatever landed meanwhile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Container, Mapping
+
+DEFAULT_FENCE_SECONDS = 2.0
+"""How long a nominated member waits at most for pods that may race it (see the module docstring)."""
+
+
+@dataclass(frozen=True)
+class SeenNomination:
+    """When the watch first showed a member nominated on a node: that node, the state's event count, the time."""
+
+    node: str
+    event: int
+    at: float
+
+
+class NominationFence:
+    """Decides whether a nominated member may be bound now (call under the state lock)."""
+
+    def __init__(self, state: Any, collides: Callable[[Any, Any, str, Mapping[str, Any], Container[str]], bool],
+                 clock: Callable[[], float], limit_seconds: float = DEFAULT_FENCE_SECONDS) -> None:
+        self.state, self.collides, self.clock, self.limit_seconds = state, collides, clock, limit_seconds
+        self.seen: dict[str, SeenNomination] = {}
+        """Pod uid -> when its current nomination was first seen."""
+        self.counts = {"waited": 0, "passed": 0, "timed_out": 0}
+
+    def note(self, record: Any) -> SeenNomination | None:
+        """Remember when `record`'s nomination was first seen (None when it has none)."""
+        if not record.nominated:
+            self.seen.pop(record.uid, None)
+            return None
+        seen = self.seen.get(record.uid)
+        if seen is None or seen.node != record.nominated:
+            seen = self.seen[record.uid] = SeenNomination(record.nominated, self.state.pod_events, self.clock())
+        return seen
+
+    def wait_seconds(self, record: Any, node: str, in_flight: Mapping[str, Any], busy: Container[str]) -> float:
+        """0 when `record`, nominated on `node`, may be bound now; else how long to wait before asking again."""
+        seen = self.note(record)
+        if seen is None or seen.node != node:
+            return self.limit_seconds  # not nominated there (yet): the caller nominates first
+        racing = self.racing(record, node, seen, in_flight, busy)
+        if not racing:
+            self.counts["passed"] += 1
+            return 0.0
+        left = seen.at + self.limit_seconds - self.clock()
+        if left <= 0:
+            self.counts["timed_out"] += 1
+            return 0.0
+        self.counts["waited"] += 1
+        return min(left, 0.1)
+
+    def racing(self, record: Any, node: str, seen: SeenNomination, in_flight: Mapping[str, Any],
+               busy: Container[str]) -> list[str]:
+        """Names of the pods that may still land on `node` against `record` (see the module docstring)."""
+        found = []
+        for other, first, last in self.state.pending_outside.values():
+            before = first < seen.event and last < seen.event
+            if (before or other.priority > record.priority) and self.collides(other, record, node, in_flight, busy):
+                found.append(other.key)
+        return found
+
+    def forget(self, uid: str) -> None:
+        """Drop what is remembered of a pod."""
+        self.seen.pop(uid, None)

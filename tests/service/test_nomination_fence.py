@@ -1,0 +1,159 @@
+"""kube-scheduler sees every member meshfit reserves before meshfit binds it: nomination, fence, last-moment fit check."""
+
+from __future__ import annotations
+
+import threading
+
+from scheduler.gangs.ledger import SLOT_RESERVED
+from scheduler.gangs.rendezvous import given_from_annotations, given_from_assignment
+from scheduler.service.binding import bind_assignment
+
+from tests.service.helpers import filter_nodes, make_pod
+from tests.service.test_direct_binding import bound, direct_service, fit_nodes, members, watch
+
+
+def cpu_nodes(count: int = 2) -> list[dict]:
+    """GPU nodes with 16 CPUs and 64 GiB each (the issue's mixed cluster, scaled down)."""
+    return fit_nodes(1, count, **{f"n-0-{i}": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "16", "memory": "64Gi",
+                                                               "pods": "110"}} for i in range(count)})
+
+
+def gang(name: str, size: int) -> list[dict]:
+    """A gang of 8-GPU members asking 10 CPUs and 40 GiB each."""
+    pods = members(name, size)
+    for pod in pods:
+        pod["spec"]["containers"][0]["resources"]["requests"].update({"cpu": "10", "memory": "40Gi"})
+    return pods
+
+
+def cpu_pod(name: str, priority: int = 0, node: str | None = None) -> dict:
+    """A CPU-only pod of the default scheduler asking 8 CPUs and 30 GiB (kube-scheduler places it alone)."""
+    pod = make_pod(name, gpus=0, node=node)
+    pod["spec"]["containers"][0]["resources"]["requests"].update({"cpu": "8", "memory": "30Gi"})
+    pod["spec"]["priority"] = priority
+    return pod
+
+
+def reserve(service, pods: list[dict]) -> str:
+    """kube-scheduler asks about pod 0 (the gang is reserved; pod 0 is kube-scheduler's to bind); returns the node
+    reserved for pod 1, which meshfit nominates and binds itself."""
+    watch(service, pods)
+    filter_nodes(service.filter(pods[0]))
+    return service.state.ledger.get("default/g").node_of(1)
+
+
+def test_every_member_is_nominated_on_its_reserved_node_before_its_binding():
+    service = direct_service(cpu_nodes(2))
+    pods = gang("g", 2)
+    watch(service, pods)
+    filter_nodes(service.filter(pods[0]))
+    nominator = service.scheduler.direct.nominator
+    entry = service.state.ledger.get("default/g")
+    assert sorted(nominator.calls) == sorted(("default", f"g-{i}", entry.node_of(i)) for i in range(2)
+                                             if f"g-{i}" != "g-0")  # g-0 is kube-scheduler's: its /bind follows
+    assert bound(service) == {"g-1": entry.node_of(1)}
+    assert service.scheduler.direct.counts["nominated"] == 1
+
+
+def test_a_cpu_pod_pending_before_the_nomination_holds_the_member_until_the_fence_passes():
+    service = direct_service(cpu_nodes(2))
+    watch(service, [cpu_pod("early")])  # pending when the member is nominated: kube-scheduler may be placing it
+    node = reserve(service, gang("g", 2))
+    assert service.state.pod("default", "g-1").nominated == node and service.binder.calls == []  # fenced
+    assert service.scheduler.direct.fence.counts["waited"] >= 1
+    service.clock.advance(1.0)
+    service.scheduler.tick()
+    assert service.binder.calls == []  # still inside the fence
+    service.clock.advance(1.5)
+    service.scheduler.tick()
+    assert bound(service) == {"g-1": node}  # the fence passed: no cycle from before the nomination is left
+
+
+def test_the_fence_opens_as_soon_as_the_racing_pod_lands_elsewhere_and_never_waits_for_later_pods():
+    service = direct_service(cpu_nodes(3))
+    watch(service, [cpu_pod("early")])
+    node = reserve(service, gang("g", 2))
+    other = "n-0-2"  # the node left free
+    watch(service, [cpu_pod("late")])  # created after the nomination: kube-scheduler counts the member for it
+    assert service.binder.calls == []
+    watch(service, [cpu_pod("early", node=other)])  # the early pod was bound elsewhere
+    service.scheduler.tick()
+    assert bound(service) == {"g-1": node}
+
+
+def test_a_higher_priority_pod_ignores_the_nomination_so_it_holds_the_member_too():
+    service = direct_service(cpu_nodes(3))
+    watch(service, [cpu_pod("early")])
+    node = reserve(service, gang("g", 2))
+    watch(service, [cpu_pod("urgent", priority=1000)])  # after the nomination, which kube-scheduler ignores for it
+    watch(service, [cpu_pod("early", node="n-0-2")])  # the pod from before the nomination is gone elsewhere
+    service.scheduler.tick()
+    assert service.binder.calls == []  # held by the higher-priority pod that could still land there
+    watch(service, [cpu_pod("urgent", priority=1000, node="n-0-2")])
+    service.scheduler.tick()
+    assert bound(service) == {"g-1": node}
+
+
+def test_a_cpu_pod_bound_while_the_binding_waits_on_the_worker_stops_it_and_nothing_is_over_committed():
+    service = direct_service(cpu_nodes(2), synchronous=False)
+    binder = service.binder
+    pods = gang("g", 2)
+    direct = service.scheduler.direct
+    started = threading.Event()
+    real_bind = direct._bind
+
+    def slow_worker(*args):
+        """The worker runs only after a CPU pod lands on the node (a Binding of kube-scheduler's in between)."""
+        started.set()
+        assert landed.wait(10)
+        real_bind(*args)
+
+    landed = threading.Event()
+    direct._bind = slow_worker
+    node = reserve(service, pods)
+    assert started.wait(10)
+    watch(service, [cpu_pod("sneaky", node=node)])  # 8 + 10 CPUs > 16 there
+    landed.set()
+    direct._pool.shutdown(wait=True)
+    assert binder.calls == []  # the last-moment check refused it
+    slot = service.state.ledger.get("default/g").slots[1]
+    assert slot.state == SLOT_RESERVED and "insufficient cpu" in direct.refused[service.state.pod("default", "g-1").uid]
+    assert direct.counts["no_longer_fit"] == 1
+
+
+def test_a_failed_nomination_is_retried_with_backoff_and_binds_after():
+    service = direct_service(cpu_nodes(2))
+    service.scheduler.direct.nominator.failures = 1
+    node = reserve(service, gang("g", 2))
+    assert service.binder.calls == [] and service.scheduler.direct.counts["nominate_failed"] == 1
+    service.scheduler.tick()
+    assert service.binder.calls == []  # backing off
+    service.clock.advance(1.0)
+    service.scheduler.tick()
+    assert bound(service) == {"g-1": node}
+
+
+def test_a_nomination_left_by_a_released_reservation_is_cleared():
+    service = direct_service(cpu_nodes(2))
+    watch(service, [cpu_pod("early")])  # keeps the member at the fence, nominated but unbound
+    node = reserve(service, gang("g", 2))
+    assert service.state.pod("default", "g-1").nominated == node
+    with service.state.lock:
+        service.state.ledger.unreserve("default/g")
+        service.scheduler.direct.kick_all()
+    service.scheduler.run_direct_binds()
+    assert service.state.pod("default", "g-1").nominated == ""
+    assert ("default", "g-1", None) in service.scheduler.direct.nominator.calls
+    assert service.state.nominated_to.get(node, {}) == {}
+
+
+def test_the_typed_assignment_states_the_same_rendezvous_as_its_annotations():
+    service = direct_service(cpu_nodes(2))
+    pods = gang("g", 2)
+    watch(service, pods)
+    filter_nodes(service.filter(pods[0]))
+    entry = service.state.ledger.get("default/g")
+    for index in range(2):
+        assignment = bind_assignment(entry, index)
+        assert given_from_assignment(assignment, "p") == given_from_annotations(assignment.to_annotations(), "p")
+        assert assignment.master_addr == entry.node_of(0)

@@ -2,10 +2,11 @@
 timeline of the gang (or node) involved.
 
 Invariants (each can fail; see `check_*`):
-- overcommit-capacity: per node, GPUs requested by bound, non-terminal pods (terminating ones included: their
-  containers still run) <= the Node's `status.capacity` (the soak only lowers allocatable);
+- overcommit-capacity: per node and resource (GPUs, cpu, memory, pods, any extended resource), what bound,
+  non-terminal pods request (terminating ones included: their containers still run) <= the Node's
+  `status.capacity` (the soak only lowers allocatable);
 - overcommit-allocatable: a pod newly bound to a node whose allocatable has been stable for 10 s leaves the node
-  within that allocatable (what the kubelet would admit);
+  within that allocatable on every resource (what the kubelet would admit);
 - partly-bound: a gang with some but not all members bound (elastic: not an index prefix within its range) for
   longer than the completion timeout plus grace;
 - ranks: bound members never share a rank; a whole gang's `meshfit.io/ranks` are exactly 0..world-1;
@@ -20,6 +21,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Callable
 
 from tests.soak import kubeio
@@ -156,6 +158,12 @@ def check_rendezvous(view: GangView) -> str | None:
     return None
 
 
+def _short(resources: dict[str, Decimal]) -> str:
+    """`gpu=8,cpu=10` for a listing (the pods count left out)."""
+    return ",".join(f"{name.rsplit('/', 1)[-1]}={value.normalize():f}" for name, value in resources.items()
+                    if name != "pods")
+
+
 class PodInvariants:
     """The pod/node invariants over successive snapshots (partly-bound needs time; new binds need the last one)."""
 
@@ -204,10 +212,13 @@ class PodInvariants:
         return f"seen: {name} pending" + (" (new pod)" if before is None or before[0] != uid else "")
 
     def _overcommit(self, pods: list[dict], nodes: list[dict], now: float) -> None:
+        """Every resource (GPUs, cpu, memory, pods, extended resources) of the bound, unfinished pods of each node
+        against its capacity, and a pod newly bound against an allocatable unchanged for `ALLOCATABLE_STABLE` s."""
         capacity, allocatable = {}, {}
         for node in nodes:
             name = node["metadata"]["name"]
-            capacity[name], allocatable[name] = kubeio.node_gpus(node, "capacity"), kubeio.node_gpus(node, "allocatable")
+            capacity[name] = kubeio.node_resources(node, "capacity")
+            allocatable[name] = kubeio.node_resources(node, "allocatable")
             known = self._allocatable.get(name)
             if known is None or known[0] != allocatable[name]:
                 self._allocatable[name] = (allocatable[name], now)
@@ -218,20 +229,29 @@ class PodInvariants:
         for node, on_node in used.items():
             if node not in capacity:
                 continue
-            total = sum(kubeio.pod_gpus(p) for p in on_node)
+            takes = [(p, kubeio.pod_resources(p)) for p in on_node]
+            total: dict[str, Decimal] = defaultdict(Decimal)
+            for _, resources in takes:
+                for resource, value in resources.items():
+                    total[resource] += value
             names = tuple(sorted({gang_of(p)[0] for p in on_node if gang_of(p)}))
-            listing = ", ".join(f"{p['metadata']['name']}({kubeio.pod_gpus(p)}"
-                                f"{',terminating' if kubeio.terminating(p) else ''})" for p in on_node)
-            if total > capacity[node]:
-                self.violations.add("overcommit-capacity", node, f"{node}: {total} GPUs requested by bound pods > "
-                                    f"capacity {capacity[node]}: {listing}", names)
-            fresh = [p for p in on_node if p["metadata"]["uid"] not in self._bound_uids and kubeio.pod_gpus(p)]
+            listing = ", ".join(f"{p['metadata']['name']}({_short(r)}{',terminating' if kubeio.terminating(p) else ''})"
+                                for p, r in takes)
+            for resource, value in sorted(total.items()):
+                if value > 0 and value > capacity[node].get(resource, Decimal(0)) and resource in capacity[node]:
+                    self.violations.add("overcommit-capacity", f"{node}:{resource}",
+                                        f"{node}: {value} {resource} requested by bound pods > capacity "
+                                        f"{capacity[node].get(resource)}: {listing}", names)
+            fresh = [p for p, _ in takes if p["metadata"]["uid"] not in self._bound_uids]
             stable = now - self._allocatable[node][1] >= ALLOCATABLE_STABLE
-            if fresh and stable and total > allocatable[node] and self._bound_uids:
+            over = [r for r, v in sorted(total.items()) if v > 0 and r in allocatable[node]
+                    and v > allocatable[node][r]]
+            if fresh and stable and over and self._bound_uids:
                 self.violations.add("overcommit-allocatable", f"{node}:{fresh[0]['metadata']['name']}",
                                     f"{', '.join(p['metadata']['name'] for p in fresh)} newly bound to {node}: "
-                                    f"{total} GPUs requested > allocatable {allocatable[node]} (unchanged for "
-                                    f"{now - self._allocatable[node][1]:.0f}s): {listing}", names)
+                                    + "; ".join(f"{total[r]} {r} requested > allocatable {allocatable[node][r]}"
+                                                for r in over)
+                                    + f" (unchanged for {now - self._allocatable[node][1]:.0f}s): {listing}", names)
 
     def _gang(self, view: GangView, now: float) -> None:
         if view.whole():

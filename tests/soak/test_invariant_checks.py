@@ -123,3 +123,33 @@ def test_a_500_is_a_violation_and_a_503_only_outside_a_fail_over(tmp_path):
     signals.check(50.0)
     signals.check(57.0)
     assert signals.unreachable == {"bind": 1} and signals.unreachable_outside == 1 and len(violations.all()) == 2
+
+
+def cpu_node(name: str) -> dict:
+    """A listed Node with 8 GPUs, 16 CPUs, 64 GiB and 110 pods."""
+    resources = {"nvidia.com/gpu": "8", "cpu": "16", "memory": "64Gi", "pods": "110"}
+    return {"metadata": {"name": name}, "status": {"capacity": dict(resources), "allocatable": dict(resources)}}
+
+
+def cpu_pod(name: str, node: str, cpu: str, memory: str) -> dict:
+    """A bound CPU-only pod (no gang) asking `cpu` and `memory`."""
+    return {"metadata": {"name": name, "uid": f"{name}-uid", "annotations": {}},
+            "spec": {"nodeName": node, "containers": [{"resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
+            "status": {"phase": "Pending"}}
+
+
+def test_overcommit_of_cpu_and_memory_by_a_member_and_a_cpu_pod_is_caught():
+    timeline = Timeline()
+    violations = Violations(timeline)
+    checker = PodInvariants(violations, timeline, partial_limit=30.0)
+    spec = gang(pods=1)
+    gpu_member = member(spec, 0, "n0")
+    gpu_member["spec"]["containers"][0]["resources"]["requests"].update({"cpu": "10", "memory": "40Gi"})
+    checker.check([gpu_member, cpu_pod("fits", "n1", "8", "30Gi")], [cpu_node("n0"), cpu_node("n1")], 0.0)
+    assert violations.all() == []  # 10 CPUs / 40 GiB on n0 and 8 / 30 on n1 fit
+    checker.check([gpu_member, cpu_pod("fits", "n1", "8", "30Gi"), cpu_pod("late", "n0", "8", "30Gi")],
+                  [cpu_node("n0"), cpu_node("n1")], 20.0)
+    kinds = {(v.kind, v.subject) for v in violations.all()}
+    assert ("overcommit-capacity", "n0:cpu") in kinds and ("overcommit-capacity", "n0:memory") in kinds
+    assert ("overcommit-allocatable", "n0:late") in kinds
+    assert not any(subject.startswith("n1") for _, subject in kinds)

@@ -178,11 +178,10 @@ def bound_gpus(core: CoreV1Api) -> dict[str, int]:
 
 
 def assert_no_overcommit(core: CoreV1Api) -> None:
-    """For every node, the GPU requests of the pods bound to it fit its allocatable GPUs."""
-    allocatable = {n.metadata.name: int((n.status.allocatable or {}).get(GPU, 0)) for n in core.list_node().items}
-    over = {node: (used, allocatable.get(node, 0)) for node, used in bound_gpus(core).items()
-            if used > allocatable.get(node, 0)}
-    assert not over, f"GPU overcommit (requested, allocatable) per node: {over}"
+    """No node is over-committed on any resource (`tests.realk8s.overcommit`)."""
+    from tests.realk8s.overcommit import assert_no_overcommit as check
+
+    check(core)
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.25,

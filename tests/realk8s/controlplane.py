@@ -153,8 +153,10 @@ def http_ok(url: str, context: ssl.SSLContext | None = None, token: str | None =
 
 def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bool = False,
                      percentage_of_nodes_to_score: int | None = None, pod_initial_backoff_seconds: int = 1,
-                     pod_max_backoff_seconds: int = 10, extender_tls: dict | None = None) -> dict:
-    """A KubeSchedulerConfiguration (v1) with one `meshfit` profile and meshfit as extender.
+                     pod_max_backoff_seconds: int = 10, extender_tls: dict | None = None,
+                     profiles: Sequence[str] = ("meshfit",)) -> dict:
+    """A KubeSchedulerConfiguration (v1) with the `profiles` named (`meshfit` alone by default; add
+    `default-scheduler` for pods kube-scheduler places on its own in the same cache) and meshfit as extender.
 
     `extender_tls` (e.g. {"certFile": ..., "keyFile": ..., "caFile": ...}) turns on `enableHTTPS` with that
     extender `tlsConfig` (kube-scheduler then presents the client certificate to meshfit)."""
@@ -164,7 +166,7 @@ def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bo
         "leaderElection": {"leaderElect": False},
         "podInitialBackoffSeconds": pod_initial_backoff_seconds,
         "podMaxBackoffSeconds": pod_max_backoff_seconds,
-        "profiles": [{"schedulerName": "meshfit"}],
+        "profiles": [{"schedulerName": name} for name in profiles],
         "extenders": [{
             "urlPrefix": f"{extender_url.rstrip('/')}/scheduler", "filterVerb": "filter",
             "prioritizeVerb": "prioritize", "preemptVerb": "preempt", "bindVerb": "bind", "weight": 1,
@@ -269,7 +271,8 @@ class ControlPlane:
     def start_scheduler(self, extender_url: str, node_cache_capable: bool = False,
                         percentage_of_nodes_to_score: int | None = None, pod_initial_backoff_seconds: int = 1,
                         pod_max_backoff_seconds: int = 10, verbosity: int = 2,
-                        extra_args: Sequence[str] = (), extender_tls: dict | None = None) -> ManagedProcess:
+                        extra_args: Sequence[str] = (), extender_tls: dict | None = None,
+                        profiles: Sequence[str] = ("meshfit",)) -> ManagedProcess:
         """Start kube-scheduler (profile `meshfit`, meshfit as extender) and wait for its /healthz."""
         if self.scheduler is not None and self.scheduler.alive():
             raise RuntimeError("kube-scheduler already running; stop_scheduler() first")
@@ -277,11 +280,11 @@ class ControlPlane:
             extender_url=extender_url, node_cache_capable=node_cache_capable,
             percentage_of_nodes_to_score=percentage_of_nodes_to_score,
             pod_initial_backoff_seconds=pod_initial_backoff_seconds, pod_max_backoff_seconds=pod_max_backoff_seconds,
-            verbosity=verbosity, extra_args=tuple(extra_args), extender_tls=extender_tls)
+            verbosity=verbosity, extra_args=tuple(extra_args), extender_tls=extender_tls, profiles=tuple(profiles))
         config_path = self.run_dir / "scheduler-config.yaml"
         config_path.write_text(json.dumps(scheduler_config(
             self.scheduler_kubeconfig, extender_url, node_cache_capable, percentage_of_nodes_to_score,
-            pod_initial_backoff_seconds, pod_max_backoff_seconds, extender_tls), indent=2))
+            pod_initial_backoff_seconds, pod_max_backoff_seconds, extender_tls, profiles), indent=2))
         port = free_port()
         self.scheduler = ManagedProcess("kube-scheduler", [
             str(self.bin_dir / "kube-scheduler"), f"--config={config_path}", "--bind-address=127.0.0.1",

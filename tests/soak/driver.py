@@ -19,7 +19,7 @@ from tests.soak.report import SoakReport
 from tests.soak.signals import ServiceSignals
 from tests.soak.stack import SoakStack
 from tests.soak.timeline import Timeline
-from tests.soak.workload import PRIORITIES, WorkloadGenerator
+from tests.soak.workload import NODE_CPU, NODE_MEMORY, PRIORITIES, WorkloadGenerator
 
 
 @dataclass
@@ -110,7 +110,8 @@ class Soak:
     def setup(self) -> None:
         """Nodes, priority classes, then meshfit a (leader), b (standby), the proxy and kube-scheduler."""
         config = self.config
-        create_nodes(self.core, config.nodes, gpus=config.gpus_per_node, leaf_size=config.leaf_nodes)
+        create_nodes(self.core, config.nodes, gpus=config.gpus_per_node, leaf_size=config.leaf_nodes,
+                     cpu=NODE_CPU, memory=NODE_MEMORY)
         for name, value in PRIORITIES:
             ensure_priority_class(self.core.api_client, name, value)
         bodies = {n["metadata"]["name"]: n for n in kubeio.list_nodes(self.core)}
@@ -158,6 +159,9 @@ class Soak:
                     arrivals.by_style[spec.style] = arrivals.by_style.get(spec.style, 0) + 1
                     arrivals.elastic += bool(spec.elastic_min)
                     arrivals.with_level += bool(spec.level)
+                    for _ in range(rng.choice((0, 1, 2, 3))):  # CPU-only pods in the same burst, placed by
+                        self.controller.submit_plain(self.workload.plain(gpus=0))  # kube-scheduler alone
+                        arrivals.plain += 1
                 else:
                     self.controller.submit_plain(self.workload.plain())
                     self.arrivals.plain += 1

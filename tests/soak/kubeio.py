@@ -4,11 +4,9 @@ tolerate the races a busy cluster has (already exists, already gone)."""
 from __future__ import annotations
 
 import json
-from collections import defaultdict
-from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils import parse_quantity
+from tests.realk8s.overcommit import node_resources, pod_resources  # noqa: F401 - the soak's readers
 
 GPU = "nvidia.com/gpu"
 
@@ -89,35 +87,6 @@ def pod_gpus(pod: dict) -> int:
         value = (resources.get("requests") or {}).get(GPU, (resources.get("limits") or {}).get(GPU, 0))
         total += int(value)
     return total
-
-
-def pod_resources(pod: dict) -> dict[str, Decimal]:
-    """Every resource a pod takes on its node as the kubelet admits it: app containers summed (limits stand in for
-    missing requests), each init container's maximum, the overhead, and one of `pods`."""
-
-    def requests(container: dict) -> dict[str, Decimal]:
-        resources = container.get("resources") or {}
-        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        return {name: Decimal(parse_quantity(value)) for name, value in merged.items()}
-
-    spec = pod.get("spec") or {}
-    total: dict[str, Decimal] = defaultdict(Decimal)
-    for container in spec.get("containers") or ():
-        for name, value in requests(container).items():
-            total[name] += value
-    for container in spec.get("initContainers") or ():
-        for name, value in requests(container).items():
-            total[name] = max(total[name], value)
-    for name, value in (spec.get("overhead") or {}).items():
-        total[name] += Decimal(parse_quantity(value))
-    total["pods"] += 1
-    return dict(total)
-
-
-def node_resources(node: dict, field: str) -> dict[str, Decimal]:
-    """A Node's `status.capacity` or `status.allocatable`, every resource."""
-    return {name: Decimal(parse_quantity(value))
-            for name, value in (((node.get("status") or {}).get(field)) or {}).items()}
 
 
 def node_gpus(node: dict, field: str) -> int:

@@ -104,7 +104,7 @@ class SoakStack:
         b.start()
         self._wait(lambda: http_get(f"{b.url}/readyz", 2)[0] == 503, 60, f"replica b standing by\n{b.process.tail()}")
         self.proxy = ReadinessProxy([("127.0.0.1", r.port) for r in self.replicas]).start()
-        self.plane.start_scheduler(self.proxy.url)
+        self.plane.start_scheduler(self.proxy.url, profiles=("meshfit", "default-scheduler"))
         self._thread.start()
         return self
 

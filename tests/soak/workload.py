@@ -51,6 +51,7 @@ class GangSpec:
         """Member `index` as its controller creates it."""
         if self.style == "pytorchjob":
             body = gang_pod_body(namespace, self.name, index, self.pods, self.gpus, self.parallelism, self.priority)
+            body["spec"]["containers"][0]["resources"]["requests"].update(member_cpu_memory(self.gpus))
         else:
             body = {"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": self.pod_name(index), "namespace": namespace,
@@ -69,28 +70,46 @@ class GangSpec:
         return body
 
 
+NODE_CPU, NODE_MEMORY = "16", "64Gi"
+"""What each soak node has besides its GPUs: CPU and memory are contended, not only GPUs."""
+
+
+def member_cpu_memory(gpus: int) -> dict[str, str]:
+    """A gang member's CPU and memory: 1.25 CPUs and 5 GiB per GPU (an 8-GPU member: 10 CPUs, 40 GiB of 16 / 64)."""
+    return {"cpu": f"{gpus * 1250}m", "memory": f"{gpus * 5}Gi"}
+
+
 @dataclass
 class PlainSpec:
-    """A pod outside any gang (an inference replica, a notebook): 0-2 GPUs, runs a while once bound."""
+    """A pod outside any gang: 1-2 GPUs through meshfit's profile (an inference replica), or CPU-only through the
+    default scheduler, which kube-scheduler places on its own (a data loader, a notebook: 2-8 CPUs, 8-30 GiB)."""
 
     name: str
     gpus: int
     priority: str
     run_seconds: float
+    cpu: str = "100m"
+    memory: str = "0"
 
     def pod_body(self, namespace: str) -> dict:
         """The pod."""
         return {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": self.name, "namespace": namespace, "annotations": {SOAK_PLAIN: "1"}},
-                "spec": {"schedulerName": SCHEDULER_NAME, "priorityClassName": self.priority,
-                         "containers": [_container(self.gpus)]}}
+                "spec": {"schedulerName": SCHEDULER_NAME if self.gpus else "default-scheduler",
+                         "priorityClassName": self.priority, "containers": [self._container()]}}
+
+    def _container(self) -> dict:
+        requests: dict = ({"nvidia.com/gpu": str(self.gpus), **member_cpu_memory(self.gpus)} if self.gpus
+                          else {"cpu": self.cpu, "memory": self.memory})
+        limits: dict = {"nvidia.com/gpu": str(self.gpus)} if self.gpus else {}
+        return {"name": "main", "image": "busybox", "command": ["sleep", "3600"],
+                "resources": {"requests": requests, "limits": limits}}
 
 
 def _container(gpus: int) -> dict:
-    requests: dict = {"nvidia.com/gpu": str(gpus)} if gpus else {"cpu": "100m"}
-    limits: dict = {"nvidia.com/gpu": str(gpus)} if gpus else {}
     return {"name": "main", "image": "busybox", "command": ["sleep", "3600"],
-            "resources": {"requests": requests, "limits": limits}}
+            "resources": {"requests": {"nvidia.com/gpu": str(gpus), **member_cpu_memory(gpus)},
+                          "limits": {"nvidia.com/gpu": str(gpus)}}}
 
 
 class WorkloadGenerator:
@@ -135,11 +154,13 @@ class WorkloadGenerator:
                         parallelism=parallelism, run_seconds=rng.uniform(*self.run_seconds),
                         elastic_min=elastic_min, level=level, late=late)
 
-    def plain(self) -> PlainSpec:
-        """The next plain pod."""
+    def plain(self, gpus: int | None = None) -> PlainSpec:
+        """The next plain pod (`gpus`: that many, else drawn; CPU-only pods draw their CPUs and memory)."""
         self.count += 1
-        return PlainSpec(name=f"pl{self.count:05d}", gpus=self.rng.choice((0, 1, 1, 2)), priority=self._priority(),
-                         run_seconds=self.rng.uniform(*self.run_seconds))
+        gpus = self.rng.choice((0, 1, 1, 2)) if gpus is None else gpus
+        cpu, memory = self.rng.choice((("2", "8Gi"), ("4", "16Gi"), ("8", "30Gi")))
+        return PlainSpec(name=f"pl{self.count:05d}", gpus=gpus, priority=self._priority(),
+                         run_seconds=self.rng.uniform(*self.run_seconds), cpu=cpu, memory=memory)
 
 
 def gang_of(pod: dict) -> tuple[str, int] | None:

@@ -1,0 +1,82 @@
+"""A mixed cluster on a real control plane: gangs through meshfit and CPU-only pods kube-scheduler places on its own,
+created in one shuffled burst.  No node may end over-committed on any resource, and no gang partly bound.
+
+The scenario of the over-commit issue: 48 nodes of 16 CPUs, 64 GiB and 8 GPUs; 10 gangs of 4 pods asking 8 GPUs,
+10 CPUs and 40 GiB each; 60 CPU-only pods of the default scheduler asking 8 CPUs and 30 GiB.  Before members were
+nominated, 7-16 nodes per run held a member meshfit bound plus CPU pods kube-scheduler bound into the same room.
+
+`MESHFIT_MIXED_RUNS` (default 2) sets how many shuffled runs each version gets.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from tests.realk8s.cluster_builders import create_nodes, gang_pod_body, gang_status
+from tests.realk8s.overcommit import overcommitted, raw_list
+from tests.realk8s.scenario import wait_settled
+
+pytestmark = pytest.mark.realk8s
+
+NODES, GANGS, GANG_PODS, CPU_PODS = 48, 10, 4, 60
+RUNS = int(os.environ.get("MESHFIT_MIXED_RUNS", "2"))
+
+
+def cpu_pod_body(namespace: str, index: int) -> dict:
+    """A CPU-only pod of the default scheduler: kube-scheduler places it without meshfit."""
+    requests = {"cpu": "8", "memory": "30Gi"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"cpu-{index:02d}", "namespace": namespace},
+            "spec": {"schedulerName": "default-scheduler", "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}
+
+
+def burst_bodies(namespace: str, seed: int) -> list[dict]:
+    """The gangs' members and the CPU pods, shuffled together."""
+    bodies = [cpu_pod_body(namespace, i) for i in range(CPU_PODS)]
+    for g in range(GANGS):
+        for i in range(GANG_PODS):
+            body = gang_pod_body(namespace, f"g{g}", i, GANG_PODS, 8, f"tp=8,dp={GANG_PODS}")
+            body["spec"]["containers"][0]["resources"]["requests"].update({"cpu": "10", "memory": "40Gi"})
+            bodies.append(body)
+    random.Random(seed).shuffle(bodies)
+    return bodies
+
+
+def create_concurrently(core, namespace: str, bodies: list[dict], threads: int = 4) -> None:
+    """Create the pods from several threads at once (arrivals race each other and the schedulers)."""
+    def create(part: list[dict]) -> None:
+        for body in part:
+            core.create_namespaced_pod(namespace, body)
+
+    workers = [threading.Thread(target=create, args=(bodies[i::threads],)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+@pytest.mark.parametrize("seed", range(RUNS), ids=[f"run{i}" for i in range(RUNS)])
+def test_cpu_pods_placed_by_kube_scheduler_never_share_a_reserved_members_room(kube, meshfit_scheduler, seed):
+    create_nodes(kube.core, NODES, gpus=8, leaf_size=8, cpu="16", memory="64Gi")
+    stack = meshfit_scheduler(profiles=("meshfit", "default-scheduler"))
+    creator = threading.Thread(target=create_concurrently,
+                               args=(kube.core, kube.namespace, burst_bodies(kube.namespace, seed)))
+    creator.start()
+    deadline = time.monotonic() + 20.0
+    while creator.is_alive() or time.monotonic() < deadline:  # during the burst and while meshfit binds
+        over = overcommitted(raw_list(kube.core, "pods"), raw_list(kube.core, "nodes"))
+        assert not over, f"over-committed while binding: {over}"
+        time.sleep(0.2)
+    creator.join()
+    status = wait_settled(kube, stack, timeout=120)  # no gang partly bound, no over-commit at any poll
+    pods = raw_list(kube.core, "pods")
+    assert overcommitted(pods, raw_list(kube.core, "nodes")) == {}
+    bound_cpu = sum(1 for p in pods if p["metadata"]["name"].startswith("cpu-") and p["spec"].get("nodeName"))
+    whole = [name for name, (bound, total) in status.items() if bound == total]
+    assert bound_cpu > 0 and whole, (bound_cpu, status)  # both kinds of pod really landed
+    assert set(gang_status(kube.core, kube.namespace)) == {f"g{g}" for g in range(GANGS)}

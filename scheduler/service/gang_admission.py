@@ -49,6 +49,7 @@ class GangAdmission:
     seen: dict
     noticed: dict
     rolling_back: dict
+    member_nodes: Any
 
     def _enqueue_pending_from_watch(self, now: float) -> None:
         """Queue the pending gangs of meshfit's scheduler profile the API server reports that kube-scheduler has
@@ -75,14 +76,49 @@ class GangAdmission:
         member = record.member
         names = {r.member.index: r.name for r in self.members(member.gang_key)}
         gang = gang_from_membership(member, names)
-        return self._attempt(gang, record.priority, offered, record)
+        return self._attempt(gang, record.priority, offered, record, self._pending_members(member.gang_key, record))
+
+    def _pending_members(self, gang_key: str, record: PodRecord | None = None) -> list[PodRecord]:
+        """The gang's unbound members (with `record`, which may not be indexed yet)."""
+        found = {r.uid: r for r in self.members(gang_key) if not r.node}
+        if record is not None:
+            found[record.uid] = record
+        return list(found.values())
+
+    def allowed_nodes(self, members: list[PodRecord], offered: frozenset[str] | None) -> frozenset[str] | None:
+        """The nodes a gang may be placed on: those offered (None: any) where each of its pending `members` also
+        fits on everything besides GPUs (cpu, memory, pods, taints, selectors: `member_nodes`), so no member is
+        reserved on a node it could never be bound to.  Members asking the same are checked once."""
+        allowed, asked = offered, set()
+        for record in members:
+            needs = record.needs
+            key = repr(needs) if needs is not None else None
+            if key is None or key in asked:
+                continue
+            asked.add(key)
+            fitting = self.member_nodes(record)
+            if fitting is not None:
+                allowed = fitting if allowed is None else allowed & fitting
+        return allowed
+
+    def _unfit_note(self, gang: Any, offered: frozenset[str] | None, allowed: frozenset[str] | None) -> str:
+        """"; N node(s) with free GPUs ..." when nodes with room for a member's GPUs were left out because the member
+        does not fit there otherwise (cpu, memory, pods, taints, selectors), else ""."""
+        if allowed is None or allowed == offered:
+            return ""
+        left_out = sum(1 for name, node in self.state.topology.node_by_name.items()
+                       if node.gpus_free >= gang.gpus_per_pod and name not in allowed
+                       and (offered is None or name in offered))
+        return (f"; {left_out} node(s) with {gang.gpus_per_pod} free GPUs have no room for a member's other requests "
+                f"(cpu, memory, pods) or fail its node constraints") if left_out else ""
 
     def _attempt(self, gang: Any, priority: int, offered: frozenset[str] | None,
-                 by: PodRecord | None) -> tuple[Reservation | None, str]:
+                 by: PodRecord | None, pending: list[PodRecord] = ()) -> tuple[Reservation | None, str]:
         topo, ledger, key = self.state.topology, self.state.ledger, gang.key
         if self.is_rolling_back(key):
             return None, f"gang {key} is being rolled back; it is placed afresh once its evicted members are gone"
-        with offered_only(topo, offered):
+        allowed = self.allowed_nodes(list(pending), offered)
+        with offered_only(topo, allowed):
             placement = self.place_gang(gang, topo, self.policy)
         head = self.queue.head_before(key, priority, topo)
         if placement.placed and (head is None or not delays_head(topo, head, usage_of(placement, topo))):
@@ -93,6 +129,7 @@ class GangAdmission:
                   f"gang {key} fits, but waits behind gang {head.key} ({head.pods} pods x {head.gpus_per_pod} GPUs, "
                   f"higher in the queue): starting now would take GPUs that gang is waiting for")
         if not placement.placed:
+            reason += self._unfit_note(gang, offered, allowed)
             for hook in self.unplaced:
                 reason = hook(gang, priority, placement) or reason
         waiting = self.queue.note(key, priority, len(placement.gang.pods), gang.gpus_per_pod, reason, self.clock(),
@@ -118,7 +155,7 @@ class GangAdmission:
                 continue
             names = {r.member.index: r.name for r in members}
             gang = gang_from_membership(pending[0].member, names)
-            entry, _ = self._attempt(gang, waiting.priority, waiting.offered, None)
+            entry, _ = self._attempt(gang, waiting.priority, waiting.offered, None, pending)
             if entry is not None:
                 admitted.append(waiting.key)
                 free = self.state.topology.gpus_free

@@ -48,6 +48,8 @@ RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 15.0
 WATCH_LAG_SECONDS = 1.0
 """How long a nomination written is awaited in the watch before it is written again (someone cleared it)."""
+FIT_PREFIXES = ("insufficient ", "node ", "untolerated taint")
+"""Refusals about the node (not the pod itself): the member can be moved to another node."""
 DEFAULT_WORKERS = 16
 DRAINED_AT = 16
 """Bindings in flight at which the queue is asked to admit more gangs."""
@@ -80,6 +82,9 @@ class BindingHooks:
     """Called under the state lock when the Bindings in flight fall to `DRAINED_AT` (the queue may admit more)."""
     observe: Callable[[float, bool], None]
     """Called with (seconds, succeeded) after each Binding call."""
+    re_place: Callable[[PodRecord, str], bool]
+    """A member no longer fits its reserved node (the reason given): move its slot to a node where it fits near its
+    peers, or release its gang whole while nothing of it is bound; True when either was done (under the lock)."""
 
 
 class GangBinding:
@@ -113,15 +118,33 @@ class GangBinding:
 
     # ----- decisions (under the state lock) ------------------------------------------------------------------
     def kick(self, gang_key: str) -> int:
-        """Nominate or bind every member of `gang_key` that is ready for it; returns how many Bindings started."""
+        """Nominate or bind the members of `gang_key` that are ready; returns how many Bindings started.
+
+        All or nothing: while no member is bound or binding, no Binding starts until every pending member meshfit
+        binds is ready (nominated, past the fence, fitting its node), so a member whose room was taken is moved
+        before any of its peers is bound.  Once some member is bound, the others bind as each gets ready."""
         entry = self.state.ledger.get(gang_key)
         if entry is None or self.hooks.rolling_back(gang_key) or entry.node_of(0) is None:
             return 0
-        started = 0
+        ready, waiting = [], False
         for record in list(self.state.gang_index.get(gang_key, {}).values()):
             if self._may_bind(record, entry):
-                started += self._start(record, entry)
-        return started
+                ready.append(record)
+            elif self._holds_back(record, entry):
+                waiting = True
+        if waiting and not entry.has_bound():
+            return 0
+        return sum(self._start(record, entry) for record in ready)
+
+    def _holds_back(self, record: PodRecord, entry: Reservation) -> bool:
+        """True for a pending member this binder will bind once it is ready (it holds its unbound gang back)."""
+        member = record.member
+        if record.node or record.terminating or member is None or record.uid in self.in_flight \
+                or self.leaves_to_kube(record) or self.clock() - self.kube_handling.get(record.uid, -1e18) \
+                < KUBE_GRACE_SECONDS:
+            return False
+        slot = entry.slots.get(member.index)
+        return slot is not None and slot.state == SLOT_RESERVED
 
     def kick_all(self) -> int:
         """`kick` every gang with a plainly reserved slot, and clear stale nominations (the periodic pass)."""
@@ -148,6 +171,15 @@ class GangBinding:
         needs = record.needs
         return needs is None or bool(getattr(needs, "direct_bind_blocker", "")) or record.uid in self.refused
 
+    def member_nodes(self, record: PodRecord) -> frozenset[str] | None:
+        """Nodes where `record` passes kube-scheduler's node-local filters on everything (GPUs counted as bound and
+        in flight, nominated pods of no lower priority included); None when its needs are unknown."""
+        if record.needs is None or getattr(record.needs, "direct_bind_blocker", ""):
+            return None
+        nodes = self.state.topology.node_by_name
+        return frozenset(name for name, node in nodes.items() if node.gpus_free >= record.gpus
+                         and not self.fits(record, name, self.in_flight_requests.get(name, {}), self.in_flight))
+
     def bind_backlog(self) -> int:
         """Bindings started and not finished."""
         return len(self.in_flight)
@@ -167,6 +199,8 @@ class GangBinding:
         if retry is not None and (now < retry[0] or (retry[2] and retry[2] == record.fingerprint)):
             return False
         reason = self._refusal(record, entry, slot.node)
+        if reason.startswith(FIT_PREFIXES) and self.hooks.re_place(record, reason):
+            return False  # moved to a node where it fits (or its unbound gang released): asked again there
         if reason:
             if self.refused.get(record.uid) != reason:
                 self.refused[record.uid] = reason

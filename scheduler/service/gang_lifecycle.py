@@ -35,6 +35,7 @@ from scheduler.gangs.lifecycle import GangStateMachine, phase_of
 from scheduler.gangs.queue import GangQueue
 from scheduler.placement.result import Placement
 from scheduler.gangs.ledger import SLOT_RELEASED, SLOT_RESERVED, Reservation, reservation_key
+from scheduler.placement.offered import offered_only
 from scheduler.gangs.reserve_ops import reserve_remaining
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, ActionDispatcher, PodRef
 from scheduler.cache.pod_record import PodRecord
@@ -100,15 +101,18 @@ class GangLifecycle(GangAdmission):
         self.leaves_to_kube: Callable[[PodRecord], bool] = lambda record: True
         """Whether kube-scheduler must bind this member (so a parked one needs a requeue); False for members
         meshfit binds itself (`scheduler.service.gang_binding`)."""
+        self.member_nodes: Callable[[PodRecord], frozenset[str] | None] = lambda record: None
+        """Nodes where a member fits on everything besides GPUs (None: not known, any node); see `allowed_nodes`."""
         self.wired: dict[str, tuple[str, str]] = {}
         """Pod uid -> (kind, text) of the refusal kube-scheduler was last given (see `wire_reason`)."""
         self.told_gang: dict[str, str] = {}
         """Gang key -> the waiting reason last recorded as an Event (one Event per gang per change)."""
 
-    def use_direct_binder(self, leaves_to_kube: Callable[[PodRecord], bool], bind_backlog: Callable[[], int]) -> None:
-        """Members are nominated and bound by meshfit's direct binder: which ones it leaves to kube-scheduler, and
-        how many Bindings it has in flight."""
-        self.leaves_to_kube, self.bind_backlog = leaves_to_kube, bind_backlog
+    def use_direct_binder(self, leaves_to_kube: Callable[[PodRecord], bool], bind_backlog: Callable[[], int],
+                          member_nodes: Callable[[PodRecord], frozenset[str] | None]) -> None:
+        """Members are nominated and bound by meshfit's direct binder: which ones it leaves to kube-scheduler, how
+        many Bindings it has in flight, and on which nodes a member fits besides its GPUs."""
+        self.leaves_to_kube, self.bind_backlog, self.member_nodes = leaves_to_kube, bind_backlog, member_nodes
 
     # ----- members ----------------------------------------------------------------------------
     def pod_ref(self, record: PodRecord) -> PodRef:
@@ -236,11 +240,12 @@ class GangLifecycle(GangAdmission):
             for record in self.members(key):
                 self.dispatcher.event(self.pod_ref(record), "GangReservationExpired", message, EVENT_WARNING)
 
-    def log_moved(self, entry: Reservation, record: PodRecord, old: str) -> None:
-        """A member's slot moved to a node kube-scheduler offered it: log and tell the pod."""
+    def log_moved(self, entry: Reservation, record: PodRecord, old: str, why: str = "") -> None:
+        """A member's slot moved to a node where it fits: log and tell the pod."""
         new = entry.node_of(record.member.index)
         message = (f"gang {entry.gang_key}: pod {record.name} (index {record.member.index}) moved from node {old} "
-                   f"to {new}: kube-scheduler's own filters reject {old} for it")
+                   f"to {new}: " + (f"it no longer fits {old} ({why})" if why else
+                                    f"kube-scheduler's own filters reject {old} for it"))
         log.info(message, extra={"gang": entry.gang_key, "decision": "moved"})
         self.dispatcher.event(self.pod_ref(record), "GangMemberMoved", message, EVENT_NORMAL)
 
@@ -313,7 +318,8 @@ class GangLifecycle(GangAdmission):
             for slot in bad:
                 topo.remove_pod(reservation_key(key, slot.index))
                 slot.state = SLOT_RELEASED
-            placement, reason = reserve_remaining(self.state.ledger, entry, topo, self.policy)
+            with offered_only(topo, self.allowed_nodes(self._pending_members(key), None)):
+                placement, reason = reserve_remaining(self.state.ledger, entry, topo, self.policy)
             if placement is not None:
                 self.reserved(entry, None, "members moved off unusable nodes" if bad else "missing members re-held")
             elif entry.has_bound() and entry.bound_given() is not None and "pod 0" in reason:
@@ -327,6 +333,12 @@ class GangLifecycle(GangAdmission):
         if entry.bound_since is not None and now - entry.bound_since > self.completion_timeout:
             self.rollback(entry, f"gang {key} is not fully bound {self.completion_timeout:.0f} s after its "
                                  f"first member ({entry.bound_count()} of {len(entry.gang.pods)} bound)")
+
+    def release(self, key: str, message: str) -> None:
+        """Release a gang's reservation whole (nothing of it bound): told, its members requeued, placed afresh."""
+        self.state.ledger.unreserve(key)
+        self._note_unreserved(key, message)
+        self.observe(key)
 
     def _note_unreserved(self, key: str, message: str) -> None:
         log.warning(message, extra={"gang": key, "decision": "released"})

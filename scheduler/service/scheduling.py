@@ -98,11 +98,32 @@ class GangScheduler(BindVerb):
             self.direct = GangBinding(state, binder, direct_binding, BindingHooks(
                 on_bound=self._publish_if_bound, rolling_back=self.lifecycle.is_rolling_back,
                 scheduler_names=self._scheduler_names, on_drained=self.lifecycle.admit_waiting,
-                observe=self._observe_direct_binding), state.ledger.clock, synchronous=synchronous_actions)
+                observe=self._observe_direct_binding, re_place=self._re_place_member), state.ledger.clock,
+                synchronous=synchronous_actions)
             for transition in ("reserved", "repaired", "re-placed", "restored"):  # members with slots held
                 self.lifecycle.machine.on(transition, self.direct.on_transition)
-            self.lifecycle.use_direct_binder(self.direct.leaves_to_kube, self.direct.bind_backlog)
+            self.lifecycle.use_direct_binder(self.direct.leaves_to_kube, self.direct.bind_backlog, self.direct.member_nodes)
             state.member_pending = self.direct.member_pending
+
+    def _re_place_member(self, record: PodRecord, reason: str) -> bool:
+        """A member no longer fits its reserved node (under the lock): move its slot to a node where it fits, near its
+        peers; if none has room and nothing of the gang is bound, release the gang whole (it is placed afresh on
+        nodes where its members fit).  True when either was done."""
+        entry = self.state.ledger.get(record.member.gang_key)
+        if entry is None or self.direct is None:
+            return False
+        slot = entry.slots.get(record.member.index)
+        if slot is None or slot.state != SLOT_RESERVED:
+            return False
+        allowed = self.direct.member_nodes(record) or frozenset()
+        if allowed and not self._move_to_offered(record, entry, allowed, why=reason):
+            return True
+        if entry.has_bound():
+            return False  # bound peers: it waits next to them (kube-scheduler's filters and the repairs decide)
+        self.lifecycle.release(entry.gang_key, f"gang {entry.gang_key}: pod {record.name} no longer fits node "
+                                               f"{slot.node} ({reason}) and no node near its peers has room; released "
+                                               f"before any member was bound, placed afresh")
+        return True
 
     def _scheduler_names(self) -> frozenset[str]:
         return self.lifecycle.scheduler_names
@@ -222,7 +243,8 @@ class GangScheduler(BindVerb):
         ledger.note_pod(member.gang_key, member.index, record.name)
         return entry, ""
 
-    def _move_to_offered(self, record: PodRecord, entry: Reservation, offered: frozenset[str]) -> str:
+    def _move_to_offered(self, record: PodRecord, entry: Reservation, offered: frozenset[str],
+                         why: str = "") -> str:
         """Move a reserved (unbound) slot to an offered node near its peers; "" when moved, else why not."""
 
         index, key, topo = record.member.index, record.member.gang_key, self.state.topology
@@ -237,7 +259,7 @@ class GangScheduler(BindVerb):
             slot.state = SLOT_RESERVED
             return reason or "no offered node has room next to the gang"
         self.rank_tables.mark_due(key)
-        self.lifecycle.log_moved(entry, record, old)
+        self.lifecycle.log_moved(entry, record, old, why)
         return ""
 
     def _filter_gang(self, record: PodRecord, node_names: list[str], complete: bool) -> FilterDecision:

@@ -115,12 +115,21 @@ def test_a_member_kube_scheduler_asks_about_after_meshfit_bound_it_is_answered_i
     assert service.binder.calls.count("g-1") == 1
 
 
+def test_a_member_whose_node_selector_matches_no_node_keeps_its_gang_unplaced():
+    service = direct_service()
+    pods = members("g", 2)
+    pods[1]["spec"]["nodeSelector"] = {"pool": "other"}
+    watch(service, pods)
+    reply = service.filter(pods[0])
+    assert reply["NodeNames"] == [] and service.binder.calls == []  # no member reserved, none bound alone
+    assert "fail its node constraints" in next(iter(reply["FailedNodes"].values()))
+
+
 @pytest.mark.parametrize("spec_change,reason", [
-    ({"tolerations": None, "nodeSelector": {"pool": "other"}}, "nodeSelector"),
     ({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"topologyKey": "kubernetes.io/hostname", "labelSelector": {}}]}}}, "inter-pod"),
     ({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]}, "persistent volume"),
-], ids=["node-selector", "pod-anti-affinity", "pvc"])
+], ids=["pod-anti-affinity", "pvc"])
 def test_a_member_meshfit_cannot_vouch_for_is_left_to_kube_scheduler(spec_change, reason, caplog):
     service = direct_service()
     pods = members("g", 2)
@@ -180,10 +189,10 @@ def test_a_gang_is_not_bound_by_meshfit_into_room_a_preemptor_was_promised():
     for pod in pods:
         pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "8"
     watch(service, [*pods, nominated_pod("preemptor", "n-0-0", 1000, "60")])
-    filter_nodes(service.filter(pods[1]))
-    entry = service.state.ledger.get("default/g")
-    on_promised = [f"g-{i}" for i in range(2) if entry.node_of(i) == "n-0-0"]
-    assert on_promised and not set(on_promised) & set(service.binder.calls)  # kube-scheduler's filters decide
+    reply = service.filter(pods[1])
+    assert service.binder.calls == [] and reply["NodeNames"] == []  # nothing bound into the promised room
+    assert service.state.ledger.get("default/g") is None  # the gang waits whole: a member fits on one node only
+    assert "1 node(s) with 8 free GPUs have no room for a member's other requests" in reply["FailedNodes"]["n-0-0"]
 
 
 def test_a_taint_meshfit_tolerates_but_the_member_does_not_keeps_meshfit_from_binding_it():
@@ -200,9 +209,10 @@ def test_a_taint_meshfit_tolerates_but_the_member_does_not_keeps_meshfit_from_bi
     pods = members("g", 2)
     pods[0]["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
     watch(Service(state, scheduler, binder, None, clock), pods)
-    assert scheduler.filter(pods[0], sorted(state.topology.node_by_name)).nodes  # reserved (both nodes)
-    assert binder.calls == []  # g-1 does not tolerate the taint: kube-scheduler's filters will say so, not meshfit
-    assert "untolerated taint dedicated:NoSchedule" in scheduler.direct.refused["uid-default-g-1"]
+    decision = scheduler.filter(pods[0], sorted(state.topology.node_by_name))
+    assert binder.calls == [] and not decision.nodes  # g-1 tolerates no node: the gang is not placed, it waits whole
+    assert state.ledger.get("default/g") is None
+    assert "fail its node constraints" in next(iter(decision.failed.values()))
 
 
 def test_fit_reason_follows_kube_schedulers_node_local_filters():

@@ -15,6 +15,8 @@ from scheduler.gangs.ledger import SLOT_BOUND, STATUS_BOUND, Reservation
 from scheduler.gangs.rendezvous import given_from_annotations
 from scheduler.service.binding import RendezvousMissing, bind_annotations
 
+GATE_SECONDS = 8.0
+"""How long kube-scheduler's `/bind` of a member waits for its unbound gang's other members (under its 10 s timeout)."""
 UNKNOWN_NODE_REASON = "node is not in meshfit's cluster state (no GPU resource, or not seen yet)"
 
 
@@ -32,6 +34,9 @@ class BindVerb:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind through the binder with the rank annotations; returns an error text ("" on success)."""
         self.sweep()
+        blocked = self._wait_for_gang_gate(namespace, name)
+        if blocked:
+            return blocked
         annotations, assumed, member = {}, False, None
         with self.state.lock:
             record = self.state.pod(namespace, name)
@@ -78,6 +83,22 @@ class BindVerb:
         if member is not None:
             self._publish_if_bound(member.gang_key)
         return ""
+
+    def _wait_for_gang_gate(self, namespace: str, name: str) -> str:
+        """kube-scheduler binds a member while none of its gang is bound: wait (up to `GATE_SECONDS`) until its peers
+        that meshfit binds are ready too, so the gang's first Binding is never a lone one; "" to go on, else why not."""
+        if self.direct is None:
+            return ""
+        deadline = time.monotonic() + GATE_SECONDS
+        while True:
+            with self.state.lock:
+                record = self.state.pod(namespace, name)
+                if record is None or record.member is None or self.direct.gate_open(record):
+                    return ""
+            if time.monotonic() >= deadline:
+                return (f"pod {namespace}/{name}: its gang's other members are not ready to bind yet (being "
+                        f"nominated or moved off nodes whose room was taken); not binding one member alone")
+            time.sleep(0.05)
 
     def _already_bound(self, record: PodRecord, entry: Reservation | None, node: str) -> str | None:
         """"" when this member is already bound to `node` (idempotent `/bind`), an error when bound elsewhere,

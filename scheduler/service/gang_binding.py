@@ -136,6 +136,15 @@ class GangBinding:
             return 0
         return sum(self._start(record, entry) for record in ready)
 
+    def gate_open(self, record: PodRecord) -> bool:
+        """Whether `record` (a member kube-scheduler is binding) may be bound now: some member of its gang is bound or
+        binding already, or no other member this binder binds is still getting ready (call under the lock)."""
+        entry = self.state.ledger.get(record.member.gang_key)
+        if entry is None or entry.has_bound():
+            return True
+        return not any(self._holds_back(other, entry) for other in self.state.gang_index.get(entry.gang_key, {}).values()
+                       if other.uid != record.uid)
+
     def _holds_back(self, record: PodRecord, entry: Reservation) -> bool:
         """True for a pending member this binder will bind once it is ready (it holds its unbound gang back)."""
         member = record.member

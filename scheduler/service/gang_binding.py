@@ -51,6 +51,8 @@ WATCH_LAG_SECONDS = 1.0
 FIT_PREFIXES = ("insufficient ", "node ", "untolerated taint")
 """Refusals about the node (not the pod itself): the member can be moved to another node."""
 DEFAULT_WORKERS = 16
+NOMINATION_WORKERS = 8
+"""Nominations are written on workers of their own: never queued behind Bindings (they gate them)."""
 DRAINED_AT = 16
 """Bindings in flight at which the queue is asked to admit more gangs."""
 
@@ -97,6 +99,8 @@ class GangBinding:
         self.fence = NominationFence(state, config.collides, clock, config.fence_seconds)
         self.synchronous = synchronous
         self._pool = None if synchronous else ThreadPoolExecutor(config.workers, thread_name_prefix="meshfit-bind")
+        self._nominations = None if synchronous else ThreadPoolExecutor(NOMINATION_WORKERS,
+                                                                        thread_name_prefix="meshfit-nominate")
         self._waker = None if synchronous else Waker(self._wake)
         self.in_flight: dict[str, Future] = {}
         """Pod uid -> the outcome ("" or an error text) of the Binding this binder is posting for it."""
@@ -126,7 +130,7 @@ class GangBinding:
         entry = self.state.ledger.get(gang_key)
         if entry is None or self.hooks.rolling_back(gang_key) or entry.node_of(0) is None:
             return 0
-        ready, waiting = [], False
+        ready, waiting = [], self._missing_members(entry)
         for record in list(self.state.gang_index.get(gang_key, {}).values()):
             if self._may_bind(record, entry):
                 ready.append(record)
@@ -142,8 +146,16 @@ class GangBinding:
         entry = self.state.ledger.get(record.member.gang_key)
         if entry is None or entry.has_bound():
             return True
+        if self._missing_members(entry):
+            return False
         return not any(self._holds_back(other, entry) for other in self.state.gang_index.get(entry.gang_key, {}).values()
                        if other.uid != record.uid)
+
+    def _missing_members(self, entry: Reservation) -> bool:
+        """True while some slot of the gang has no live pod yet (its controller has not created it)."""
+        live = {r.member.index for r in self.state.gang_index.get(entry.gang_key, {}).values()
+                if r.member is not None and not r.terminating}
+        return any(index not in live for index in entry.slots)
 
     def _holds_back(self, record: PodRecord, entry: Reservation) -> bool:
         """True for a pending member this binder will bind once it is ready (it holds its unbound gang back)."""
@@ -251,7 +263,7 @@ class GangBinding:
             self._wake_later(record.member.gang_key if record.member else "", WATCH_LAG_SECONDS)
             return
         self.nominating[record.uid] = node or ""
-        self._submit(lambda: self._post_nomination(record, node))
+        self._submit(lambda: self._post_nomination(record, node), self._nominations)
 
     def _post_nomination(self, record: PodRecord, node: str | None) -> None:
         error = ""
@@ -306,11 +318,12 @@ class GangBinding:
         self._submit(lambda: self._bind(record, member.gang_key, member.index, slot.node, assignment, future))
         return 1
 
-    def _submit(self, job: Callable[[], None]) -> None:
+    def _submit(self, job: Callable[[], None], pool: ThreadPoolExecutor | None = None) -> None:
+        """Run `job` on `pool` (the Binding workers by default), or queue it in synchronous mode."""
         if self._pool is None:
             self._pending_sync.append(job)
         else:
-            self._pool.submit(job)
+            (pool or self._pool).submit(job)
 
     def run_pending(self) -> None:
         """Synchronous mode (tests): run the writes `kick` queued, outside the state lock."""
@@ -431,4 +444,5 @@ class GangBinding:
         if self._waker is not None:
             self._waker.stop()
         if self._pool is not None:
+            self._nominations.shutdown(wait=True)
             self._pool.shutdown(wait=True)

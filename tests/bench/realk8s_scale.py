@@ -1,7 +1,7 @@
 """Gangs at scale on the real control plane: kube-scheduler alone against kube-scheduler + meshfit, side by side.
 
     python tests/bench/realk8s_scale.py --nodes 1000 [--nodes 5000] [--qps default --qps 200]
-        [--demand 0.6] [--max-pods 64] [--seed 0] [--versions 1.26,1.35] [--json out.json]
+        [--demand 0.6] [--max-pods 64] [--seed 0] [--versions 1.26,1.35] [--cpu-pods 0.5] [--json out.json]
 
 For every Kubernetes version whose binaries are found (`tests.realk8s.binaries`) and every node count: one
 etcd + kube-apiserver, N fake 8-GPU Nodes created in bulk (Topograph spine/leaf labels, no kubelet).  For
@@ -17,7 +17,11 @@ Printed per run: pods bound and pods/s (first to last bind; first bind to 90%), 
 (the API server's own `apiserver_request_total` for POST / PUT / PATCH / DELETE / APPLY, counted from the
 moment the scheduler starts, so the driver's pod creation is not in it), for meshfit also gang reserved ->
 fully bound p50 / p99 (meshfit's JSON log and a pod watch), meshfit's bind latency (its `/bind` verb and its
-own Bindings), partly bound gangs and over-committed nodes at the end.  The ratio meshfit / alone of
+own Bindings), partly bound gangs and over-committed nodes at the end, per resource.
+
+`--cpu-pods F` mixes CPU into the burst as a platform team's shared cluster has it: nodes of 16 CPUs and 64 GiB,
+members asking 1.25 CPUs and 5 GiB per GPU, and F x the gang pods as CPU-only pods of the default scheduler
+(8 CPUs, 30 GiB each) that kube-scheduler places on its own, in the same shuffled burst.  The ratio meshfit / alone of
 pods/s and of writes per bound pod closes each block.  A benchmark, not a test: it prints numbers.
 """
 
@@ -102,25 +106,35 @@ def plain_body(namespace: str, name: str, requests: dict) -> dict:
                 {"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}
 
 
-def create_burst(core: CoreV1Api, namespace: str, shapes: list[GangShape], seed: int) -> int:
-    """Every gang member plus the plain pods, created in shuffled order by 16 threads; returns the pod count."""
+def create_burst(core: CoreV1Api, namespace: str, shapes: list[GangShape], seed: int, cpu_pods: float = 0.0) -> int:
+    """Every gang member plus the plain pods, created in shuffled order by 16 threads; returns the pod count.
+    `cpu_pods` > 0: members ask CPU and memory too, and that fraction of CPU-only default-scheduler pods joins."""
     gang_pods = sum(s.pods for s in shapes)
     bodies = [gang_pod_body(namespace, s.name, i, s.pods, s.gpus, f"tp={s.gpus},dp={s.pods}")
               for s in shapes for i in range(s.pods)]
+    if cpu_pods:
+        for body in bodies:
+            gpus = int(body["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+            body["spec"]["containers"][0]["resources"]["requests"].update({"cpu": f"{gpus * 1250}m",
+                                                                           "memory": f"{gpus * 5}Gi"})
     bodies += [plain_body(namespace, f"single-{i}", {"nvidia.com/gpu": "1"}) for i in range(max(1, gang_pods // 50))]
     bodies += [plain_body(namespace, f"cpu-{i}", {"cpu": "100m"}) for i in range(max(1, gang_pods // 33))]
+    for i in range(int(gang_pods * cpu_pods)):
+        body = plain_body(namespace, f"cpu-mix-{i}", {"cpu": "8", "memory": "30Gi"})
+        body["spec"]["schedulerName"] = "default-scheduler"
+        bodies.append(body)
     random.Random(seed).shuffle(bodies)
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda body: core.create_namespaced_pod(namespace, body), bodies))
     return len(bodies)
 
 
-def create_nodes_bulk(core: CoreV1Api, count: int) -> None:
-    """`count` 8-GPU Nodes (16 per leaf), created by 16 threads."""
+def create_nodes_bulk(core: CoreV1Api, count: int, cpu: str = "64", memory: str = "512Gi") -> None:
+    """`count` 8-GPU Nodes (16 per leaf) with `cpu` and `memory`, created by 16 threads."""
     chunk = max(1, count // 16)
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda start: create_nodes(core, min(chunk, count - start), start=start, leaf_size=16),
-                      range(0, count, chunk)))
+        list(pool.map(lambda start: create_nodes(core, min(chunk, count - start), start=start, leaf_size=16,
+                                                 cpu=cpu, memory=memory), range(0, count, chunk)))
 
 
 def api_writes(plane: ControlPlane) -> dict[str, float]:
@@ -203,9 +217,15 @@ def nodes_total(core: CoreV1Api) -> int:
             return total
 
 
-def overcommitted(core: CoreV1Api, gpus_per_node: int = 8) -> int:
-    """Nodes whose bound, unfinished pods request more GPUs than the node has."""
-    return sum(1 for used in bound_gpus(core).values() if used > gpus_per_node)
+def overcommitted(core: CoreV1Api) -> dict[str, int]:
+    """Resource -> nodes whose bound, unfinished pods request more of it than the node's allocatable."""
+    from tests.realk8s.overcommit import overcommitted as over, raw_list
+
+    counts: dict[str, int] = {}
+    for resources in over(raw_list(core, "pods"), raw_list(core, "nodes")).values():
+        for resource in resources:
+            counts[resource] = counts.get(resource, 0) + 1
+    return counts
 
 
 def namespace(core: CoreV1Api, name: str) -> str:
@@ -225,11 +245,11 @@ def scheduler_config(plane: ControlPlane, qps: float | None, extender_url: str |
         connection.update({"qps": qps, "burst": int(qps * 2)})
     config: dict = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
                     "clientConnection": connection, "leaderElection": {"leaderElect": False},
-                    "profiles": [{"schedulerName": "meshfit"}]}
+                    "profiles": [{"schedulerName": "meshfit"}, {"schedulerName": "default-scheduler"}]}
     if extender_url is not None:
         shipped = yaml.safe_load(MANIFEST_CONFIG.read_text())
         config.update({k: shipped[k] for k in ("podInitialBackoffSeconds", "podMaxBackoffSeconds")})
-        config["profiles"] = shipped["profiles"]
+        config["profiles"] = shipped["profiles"] + [{"schedulerName": "default-scheduler"}]
         extender = {**shipped["extenders"][0], "urlPrefix": f"{extender_url}/scheduler", "enableHTTPS": False}
         extender.pop("tlsConfig", None)  # the bench's meshfit serves plain HTTP on loopback
         config["extenders"] = [extender]
@@ -283,11 +303,11 @@ def meshfit_histograms(url: str) -> dict:
 
 
 def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: float | None, tag: str,
-              with_meshfit: bool, settle: float, extra_args: tuple = ()) -> dict:
+              with_meshfit: bool, settle: float, extra_args: tuple = (), cpu_pods: float = 0.0) -> dict:
     """One burst in a fresh namespace, scheduled alone or through meshfit; the numbers of that run."""
     ns = namespace(core, f"{tag}-{'meshfit' if with_meshfit else 'alone'}")
     watcher = BindWatch(core, ns)
-    created = create_burst(core, ns, shapes, seed)  # queued before anything schedules: both runs start alike
+    created = create_burst(core, ns, shapes, seed, cpu_pods)  # queued before anything schedules: both runs start alike
     before = api_writes(plane)
     meshfit = None
     if with_meshfit:
@@ -304,9 +324,9 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
         meshfit.stop()
     listed = count_bound(core, ns)
     singles = sum(1 for name in watcher.bound_at if name.startswith("single-"))
-    cpu_pods = sum(1 for name in watcher.bound_at if name.startswith("cpu-"))
+    bound_cpu = sum(1 for name in watcher.bound_at if name.startswith("cpu-"))
     used = bound_gpus(core)
-    result = {"pods": created, "bound": listed, "bound_single_gpu_pods": singles, "bound_cpu_pods": cpu_pods,
+    result = {"pods": created, "bound": listed, "bound_single_gpu_pods": singles, "bound_cpu_pods": bound_cpu,
               "bound_seen_by_watch": len(watcher.bound_at), "gpus_bound": sum(used.values()),
               "gpus_free": sum(max(0, 8 - u) for u in used.values()) + 8 * (nodes_total(core) - len(used)),
               "nodes_with_free_gpus": nodes_total(core) - sum(1 for u in used.values() if u >= 8),
@@ -317,7 +337,7 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
                    "writes_per_bound_pod": round(sum(writes.values()) / max(1, len(watcher.bound_at)), 2),
                    "whole_gangs": sum(1 for b, t in gang_status(core, ns).values() if 0 < b == t),
                    "partly_bound_gangs": sum(1 for b, t in gang_status(core, ns).values() if 0 < b < t),
-                   "overcommitted_nodes": overcommitted(core)})
+                   "overcommitted_nodes_by_resource": overcommitted(core)})
     if meshfit is not None:
         reserved = reserved_times(meshfit.log_path)
         latencies = sorted(max(watcher.bound_at[f"{s.name}-worker-{i}"] for i in range(s.pods)) - reserved[s.name]
@@ -342,16 +362,17 @@ def run_version(install, nodes: int, qps_settings: list[float | None], args) -> 
         client.configuration.connection_pool_maxsize = 32
         core = CoreV1Api(client)
         began = time.monotonic()
-        create_nodes_bulk(core, nodes)
+        create_nodes_bulk(core, nodes, *(("16", "64Gi") if args.cpu_pods else ()))
         print(f"# {install.full}: {nodes} nodes created in {time.monotonic() - began:.0f} s", file=sys.stderr)
         shapes = shapes_for(args.seed, nodes * 8, args.demand, args.max_pods)
         for qps in qps_settings:
             tag = f"q{int(qps) if qps else 'd'}"
             row = {"version": install.full, "nodes": nodes, "qps": qps or "default", "gangs": len(shapes),
                    "gang_pods": sum(s.pods for s in shapes)}
-            row["alone"] = one_phase(plane, core, shapes, args.seed, qps, tag, False, args.settle)
+            row["alone"] = one_phase(plane, core, shapes, args.seed, qps, tag, False, args.settle,
+                                     cpu_pods=args.cpu_pods)
             row["meshfit"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle,
-                                       tuple(args.meshfit_arg or ()))
+                                       tuple(args.meshfit_arg or ()), cpu_pods=args.cpu_pods)
             for key in ("pods_per_second", "pods_per_second_to_90pct", "writes_per_bound_pod"):
                 a, m = row["alone"].get(key), row["meshfit"].get(key)
                 row[f"ratio_{key}"] = round(m / a, 2) if a and m else None
@@ -373,6 +394,8 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=8.0, help="seconds without a new bind that end a burst")
     parser.add_argument("--versions", default="", help="comma-separated minor versions (default: all found)")
     parser.add_argument("--meshfit-arg", action="append", help="extra `meshfit serve` argument (repeat)")
+    parser.add_argument("--cpu-pods", type=float, default=0.0,
+                        help="CPU-only default-scheduler pods per gang pod (members then ask CPU and memory too)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     installs, problems = find_installs()

@@ -65,6 +65,16 @@ class BindVerb:
                 assumed = True
         if member is not None and in_flight:  # meshfit's own Binding of this member is in flight: its outcome
             return self.direct.wait_for(record.uid, 30.0) or ""
+        try:
+            return self._post_binding(namespace, name, uid, node, record, member, annotations, assumed)
+        finally:
+            if member is not None and self.direct is not None:
+                with self.state.lock:
+                    self.direct.kube_let_go(record)
+
+    def _post_binding(self, namespace: str, name: str, uid: str, node: str, record: PodRecord, member: Any,
+                      annotations: dict, assumed: bool) -> str:
+        """Post kube-scheduler's Binding with the member's annotations; "" or the error."""
         started = time.perf_counter()
         try:
             self.binder.bind(namespace, name, uid or record.uid, node, annotations)

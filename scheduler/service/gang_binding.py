@@ -50,6 +50,8 @@ WATCH_LAG_SECONDS = 1.0
 """How long a nomination written is awaited in the watch before it is written again (someone cleared it)."""
 FIT_PREFIXES = ("insufficient ", "node ", "untolerated taint")
 """Refusals about the node (not the pod itself): the member can be moved to another node."""
+MOVE_SETTLE_SECONDS = 1.0
+"""A member moved off a node whose room was taken is not moved again sooner (its new nomination must land first)."""
 DEFAULT_WORKERS = 16
 NOMINATION_WORKERS = 8
 """Nominations are written on workers of their own: never queued behind Bindings (they gate them)."""
@@ -112,10 +114,14 @@ class GangBinding:
         """Pod uid -> (node, when) of the last nomination this binder wrote and the API server accepted."""
         self.kube_handling: dict[str, float] = {}
         """Pod uid -> when kube-scheduler was last told this member's node (it is binding it itself)."""
+        self.kube_assumed: dict[str, tuple[str, PodRecord]] = {}
+        """Pod uid -> (node, record) of members kube-scheduler assumed on a node and binds through `/bind`."""
         self.retry_at: dict[str, tuple[float, int, tuple]] = {}
         """Pod uid -> (not before, failures so far, pod fingerprint at the last failure)."""
         self.refused: dict[str, str] = {}
         """Pod uid -> why it is left to kube-scheduler (logged once per reason)."""
+        self.moved_at: dict[str, float] = {}
+        """Pod uid -> when this binder last moved its slot because it no longer fitted its node."""
         self.counts = {"bound": 0, "failed": 0, "conflicts": 0, "nominated": 0, "nominate_failed": 0,
                        "no_longer_fit": 0, "cleared": 0}
         self._pending_sync: list[Callable[[], None]] = []
@@ -170,6 +176,11 @@ class GangBinding:
     def kick_all(self) -> int:
         """`kick` every gang with a plainly reserved slot, and clear stale nominations (the periodic pass)."""
         self._clear_stale_nominations()
+        now = self.clock()
+        for uid, (_, record) in list(self.kube_assumed.items()):
+            current = self.state.pods.get(uid)
+            if current is None or current.node or now - self.kube_handling.get(uid, -1e18) >= 2 * KUBE_GRACE_SECONDS:
+                self.kube_let_go(record)
         keys = [key for key, entry in self.state.ledger.entries.items()
                 if any(s.state == SLOT_RESERVED for s in entry.slots.values())]
         return sum(self.kick(key) for key in keys)
@@ -184,8 +195,26 @@ class GangBinding:
         self.kick(gang_key)
 
     def note_kube_handling(self, record: PodRecord) -> None:
-        """kube-scheduler was just told this member's node: it binds it through `/bind` itself."""
+        """kube-scheduler is asking about this member now: it may bind it through `/bind` itself."""
         self.kube_handling[record.uid] = self.clock()
+
+    def kube_assumes(self, record: PodRecord, node: str) -> None:
+        """kube-scheduler was told `node` for this member: it assumes the member there and binds it through `/bind`.
+        Until that ends (`kube_let_go`), the member's requests count on `node` as a Binding in flight does, so no
+        Binding of this binder's goes into the same room."""
+        held = self.kube_assumed.pop(record.uid, None)
+        if held is not None:
+            self._add_in_flight(held[0], held[1], -1)
+        if record.needs is not None:
+            self.kube_assumed[record.uid] = (node, record)
+            self._add_in_flight(node, record, +1)
+
+    def kube_let_go(self, record: PodRecord) -> None:
+        """kube-scheduler is done with this member (bound, refused, or its `/bind` returned)."""
+        self.kube_handling.pop(record.uid, None)
+        held = self.kube_assumed.pop(record.uid, None)
+        if held is not None:
+            self._add_in_flight(held[0], held[1], -1)
 
     def leaves_to_kube(self, record: PodRecord) -> bool:
         """True when this binder will not bind `record` (kube-scheduler must; requeue it if it may be parked)."""
@@ -197,9 +226,9 @@ class GangBinding:
         in flight, nominated pods of no lower priority included); None when its needs are unknown."""
         if record.needs is None or getattr(record.needs, "direct_bind_blocker", ""):
             return None
-        nodes = self.state.topology.node_by_name
+        nodes, busy = self.state.topology.node_by_name, self._busy()
         return frozenset(name for name, node in nodes.items() if node.gpus_free >= record.gpus
-                         and not self.fits(record, name, self.in_flight_requests.get(name, {}), self.in_flight))
+                         and not self.fits(record, name, self.in_flight_requests.get(name, {}), busy))
 
     def bind_backlog(self) -> int:
         """Bindings started and not finished."""
@@ -220,8 +249,14 @@ class GangBinding:
         if retry is not None and (now < retry[0] or (retry[2] and retry[2] == record.fingerprint)):
             return False
         reason = self._refusal(record, entry, slot.node)
-        if reason.startswith(FIT_PREFIXES) and self.hooks.re_place(record, reason):
-            return False  # moved to a node where it fits (or its unbound gang released): asked again there
+        if reason.startswith(FIT_PREFIXES):
+            settle = self.moved_at.get(record.uid, -1e18) + MOVE_SETTLE_SECONDS - now
+            if settle > 0:  # just moved: let its new nomination reach kube-scheduler before moving it again
+                self._wake_later(member.gang_key, settle)
+                return False
+            if self.hooks.re_place(record, reason):
+                self.moved_at[record.uid] = now
+                return False  # moved to a node where it fits (or its unbound gang released): asked again there
         if reason:
             if self.refused.get(record.uid) != reason:
                 self.refused[record.uid] = reason
@@ -232,7 +267,7 @@ class GangBinding:
         if record.nominated != slot.node:
             self._nominate(record, slot.node)
             return False
-        wait = self.fence.wait_seconds(record, slot.node, self.in_flight_requests.get(slot.node, {}), self.in_flight)
+        wait = self.fence.wait_seconds(record, slot.node, self.in_flight_requests.get(slot.node, {}), self._busy())
         if wait > 0:
             self._wake_later(member.gang_key, wait)
             return False
@@ -249,7 +284,7 @@ class GangBinding:
         topo_node = self.state.topology.node_by_name.get(node)
         if topo_node is None or not topo_node.schedulable:
             return f"node {node} is not schedulable"
-        return self.fits(record, node, self.in_flight_requests.get(node, {}), self.in_flight)
+        return self.fits(record, node, self.in_flight_requests.get(node, {}), self._busy())
 
     # ----- nominations ----------------------------------------------------------------------------------------
     def _nominate(self, record: PodRecord, node: str | None) -> None:
@@ -332,6 +367,10 @@ class GangBinding:
             for job in jobs:
                 job()
 
+    def _busy(self) -> set[str]:
+        """Uids whose requests `in_flight_requests` holds (this binder's Bindings, kube-scheduler's assumed members)."""
+        return self.in_flight.keys() | self.kube_assumed.keys()
+
     def _add_in_flight(self, node: str, record: PodRecord, sign: int) -> None:
         used = self.in_flight_requests.setdefault(node, {})
         for resource, value in record.needs.requests.items():
@@ -349,7 +388,7 @@ class GangBinding:
         if slot is None or slot.state != SLOT_BINDING or slot.node != node or self.hooks.rolling_back(gang_key):
             return "its reservation changed"
         others = {r: v - record.needs.requests.get(r, 0) for r, v in self.in_flight_requests.get(node, {}).items()}
-        busy = {uid for uid in self.in_flight if uid != record.uid}
+        busy = self._busy() - {record.uid}
         return self.fits(current, node, others, busy)
 
     def _bind(self, record: PodRecord, gang_key: str, index: int, node: str, assignment: Any,
@@ -435,7 +474,10 @@ class GangBinding:
 
     def forget_gone(self, known: dict) -> None:
         """Drop bookkeeping of pods no longer known (call under the lock)."""
-        for table in (self.kube_handling, self.retry_at, self.refused, self.fence.seen):
+        for uid, (_, record) in list(self.kube_assumed.items()):
+            if uid not in known:
+                self.kube_let_go(record)
+        for table in (self.kube_handling, self.retry_at, self.refused, self.fence.seen, self.moved_at):
             for uid in [u for u in table if u not in known]:
                 del table[uid]
 

@@ -247,7 +247,8 @@ class GangLifecycle(GangAdmission):
                    f"to {new}: " + (f"it no longer fits {old} ({why})" if why else
                                     f"kube-scheduler's own filters reject {old} for it"))
         log.info(message, extra={"gang": entry.gang_key, "decision": "moved"})
-        self.dispatcher.event(self.pod_ref(record), "GangMemberMoved", message, EVENT_NORMAL)
+        if not why:  # a move before any Binding, off room taken meanwhile, is logged only (no write per move)
+            self.dispatcher.event(self.pod_ref(record), "GangMemberMoved", message, EVENT_NORMAL)
 
     def bind_failed(self, record: PodRecord, error: str) -> None:
         """A bind failed: the slot stays held; requeue the pod soon (kube-scheduler may park it)."""

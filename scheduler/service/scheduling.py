@@ -291,9 +291,11 @@ class GangScheduler(BindVerb):
             if node is None:
                 self.lifecycle.turned_away_now(record, reason)
                 if self.direct is not None:
-                    self.direct.kube_handling.pop(record.uid, None)
+                    self.direct.kube_let_go(record)
             else:
                 self.state.ledger.touch(record.member.gang_key)
+                if self.direct is not None:  # kube-scheduler assumes it there now: its room is counted
+                    self.direct.kube_assumes(record, node)
         self.run_direct_binds()
         if node is None:
             wire = self.lifecycle.wire_reason(record, reason)

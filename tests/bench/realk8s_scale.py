@@ -222,9 +222,12 @@ def overcommitted(core: CoreV1Api) -> dict[str, int]:
     from tests.realk8s.overcommit import overcommitted as over, raw_list
 
     counts: dict[str, int] = {}
-    for resources in over(raw_list(core, "pods"), raw_list(core, "nodes")).values():
+    found = over(raw_list(core, "pods"), raw_list(core, "nodes"))
+    for node, resources in found.items():
         for resource in resources:
             counts[resource] = counts.get(resource, 0) + 1
+    for node, resources in list(found.items())[:3]:  # the story of a few, for whoever reads the run
+        print(f"# over-committed {node}: {resources}", file=sys.stderr)
     return counts
 
 

@@ -157,3 +157,19 @@ def test_the_typed_assignment_states_the_same_rendezvous_as_its_annotations():
         assignment = bind_assignment(entry, index)
         assert given_from_assignment(assignment, "p") == given_from_annotations(assignment.to_annotations(), "p")
         assert assignment.master_addr == entry.node_of(0)
+
+
+def test_a_member_kube_scheduler_assumed_counts_on_its_node_so_no_peer_is_bound_into_the_same_room():
+    nodes = fit_nodes(1, 1, **{"n-0-0": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "10", "memory": "64Gi",
+                                                          "pods": "110"}}})
+    service = direct_service(nodes)
+    pods = members("g", 2, gpus=4)  # both 4-GPU members on the one node: 5 + 5 CPUs of 10
+    for pod in pods:
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "5"
+    watch(service, [*pods, cpu_pod("small", node="n-0-0")])
+    service.state.upsert_pod({**cpu_pod("small", node="n-0-0"), "spec": {
+        **cpu_pod("small", node="n-0-0")["spec"], "containers": [{"resources": {"requests": {"cpu": "1"}}}]}})
+    assert filter_nodes(service.filter(pods[0])) == ["n-0-0"]  # kube-scheduler assumes g-0 there, /bind to come
+    assert service.binder.calls == []  # g-1 would make it 5 + 5 + 1 > 10: not bound beside the assumed g-0
+    assert service.state.ledger.get("default/g") is None  # no other node: released whole before any Binding
+    assert "no reservation" in service.bind(pods[0], "n-0-0")["Error"]  # so kube-scheduler's /bind of g-0 fails

@@ -51,19 +51,21 @@ def load_api_client(kubeconfig: Path | None, context: str | None) -> tuple[Any, 
     in-cluster config; ValueError with one line when neither works."""
     import kubernetes
 
+    from scheduler.kube.kubeconfig import CLIENT_ERRORS, load_kubeconfig
+
     try:
-        kubernetes.config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
+        load_kubeconfig(kubeconfig, context)
         _, active = kubernetes.config.list_kube_config_contexts(str(kubeconfig) if kubeconfig else None)
         if context:
             contexts, _ = kubernetes.config.list_kube_config_contexts(str(kubeconfig) if kubeconfig else None)
             active = next((c for c in contexts if c.get("name") == context), active)
         namespace = str(((active or {}).get("context") or {}).get("namespace") or "default")
-    except (kubernetes.config.ConfigException, OSError, TypeError, ValueError) as exc:
+    except CLIENT_ERRORS as exc:  # load_kubeconfig's ValueError names the file already
         try:
             kubernetes.config.load_incluster_config()
         except kubernetes.config.ConfigException:
-            where = f"--kubeconfig {kubeconfig}" if kubeconfig else "no kubeconfig ($KUBECONFIG, ~/.kube/config)"
-            raise ValueError(f"{where}: {exc}; or give --url of a running meshfit serve") from None
+            reason = str(exc) if isinstance(exc, ValueError) else f"--kubeconfig {kubeconfig}: {exc}"
+            raise ValueError(f"{reason}; or give --url of a running meshfit serve") from None
         namespace = _in_cluster_namespace()
     return kubernetes.client.ApiClient(), namespace
 

@@ -22,6 +22,7 @@ from scheduler.placement.jobs import (
 from scheduler.gangs.elastic import ANNOTATION_ELASTIC
 from scheduler.placement.annotation_keys import check_meshfit_keys
 from scheduler.handoff.manifest_kinds import READERS, JobPods, as_mapping, gpus_from_template
+from topology.textfile import read_text
 
 KNOWN_KEYS = (ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, ANNOTATION_MODEL, ANNOTATION_REQUIRED_LEVEL,
               ANNOTATION_PREFERRED_LEVEL, KUEUE_REQUIRED_TOPOLOGY, KUEUE_PREFERRED_TOPOLOGY,
@@ -31,10 +32,12 @@ KNOWN_KEYS = (ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, ANNOTATION_MODEL, A
 
 def load_job(path: str | Path) -> Gang:
     """Read a YAML/JSON file holding exactly one job manifest and return its validated gang."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise JobSpecError(f"cannot read job file {path}: {exc.strerror or exc}") from None
+    return gang_from_manifest(read_manifest(path))
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The one job manifest a YAML/JSON file holds (any text `topology.textfile` reads); JobSpecError otherwise."""
+    text = read_text(path, "job file", JobSpecError)
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
@@ -44,7 +47,9 @@ def load_job(path: str | Path) -> Gang:
         raise JobSpecError(f"{path}: not valid YAML/JSON{where}: {problem}") from None
     if len(docs) != 1:
         raise JobSpecError(f"{path}: expected exactly one job manifest, found {len(docs)} documents")
-    return gang_from_manifest(docs[0])
+    if not isinstance(docs[0], dict):
+        raise JobSpecError(f"{path}: expected a job manifest (a mapping), got a {type(docs[0]).__name__}")
+    return docs[0]
 
 
 def _identify(obj: Mapping[str, Any]) -> tuple[str, str, str]:

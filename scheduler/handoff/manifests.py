@@ -152,14 +152,22 @@ def _check_keys(job_name: str, meta: Mapping[str, Any], job: JobPods,
                 check_meshfit_keys(None, template_meta["labels"], f"{job_name} pod template of {pod_name}")
 
 
+def job_pods(obj: Mapping[str, Any]) -> JobPods:
+    """What the kind's reader finds in a manifest: pods, pod templates, annotation sources, schema parts."""
+    return _read(obj)[3]
+
+
+def _read(obj: Mapping[str, Any]) -> tuple[str, str, str, JobPods]:
+    namespace, name, group = _identify(obj)
+    kind = obj["kind"]
+    return namespace, name, kind, READERS[(group, kind)](name, as_mapping(obj.get("spec"), f"{kind} spec"))
+
+
 def gang_from_manifest(obj: Mapping[str, Any]) -> Gang:
     """Turn one manifest dict into a validated `Gang` (pods in rank-block order)."""
     if not isinstance(obj, Mapping):
         raise JobSpecError(f"job manifest must be an object, got {type(obj).__name__}")
-    namespace, name, group = _identify(obj)
-    kind = obj["kind"]
-    spec = as_mapping(obj.get("spec"), f"{kind} spec")
-    job = READERS[(group, kind)](name, spec)
+    namespace, name, kind, job = _read(obj)
     if not job.pods:
         raise JobSpecError(f"{kind} {namespace}/{name} has no pods")
     meta = as_mapping(obj.get("metadata"), "metadata")

@@ -12,7 +12,7 @@ from pathlib import Path
 import kubernetes
 import yaml
 
-from topology.textfile import read_text
+from topology.textfile import decode_text
 
 CLIENT_ERRORS = (kubernetes.config.ConfigException, yaml.YAMLError, OSError, TypeError, AttributeError, ValueError)
 """What `kubernetes.config.load_kube_config` raises for a file it cannot use."""
@@ -22,7 +22,11 @@ def load_kubeconfig(kubeconfig: Path | None, context: str | None = None) -> None
     """Load `kubeconfig` (None: $KUBECONFIG / ~/.kube/config) into the client's default configuration;
     ValueError with one line (`--kubeconfig FILE: why`) when it is not a usable kubeconfig."""
     if kubeconfig is not None:  # checked here: the client would raise a bare UnicodeDecodeError
-        read_text(kubeconfig, "kubeconfig", ValueError, utf8_only=True)
+        try:
+            data = Path(kubeconfig).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"--kubeconfig {kubeconfig}: {exc.strerror or exc}") from None
+        decode_text(data, f"--kubeconfig {kubeconfig}", ValueError, utf8_only=True)
     try:
         kubernetes.config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
     except CLIENT_ERRORS as exc:

@@ -27,6 +27,7 @@ from simulations.cluster import ClusterSpec
 from simulations.metrics import RunResult
 from topology.config import LinkOverride
 from topology.strict import StrictModel, validation_message
+from topology.textfile import read_text
 
 
 class PlanError(ValueError):
@@ -63,10 +64,9 @@ def load_candidate(path: str | Path) -> tuple[Candidate, ClusterSpec]:
     import yaml
 
     target = Path(path)
+    text = read_text(target, "candidate", PlanError)
     try:
-        data = yaml.safe_load(target.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PlanError(f"cannot read candidate {target}: {exc.strerror or exc}") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise PlanError(f"candidate {target} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):

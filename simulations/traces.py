@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import bisect
 import csv
+import io
 from functools import lru_cache
 from pathlib import Path
 
 from scheduler.placement.jobs import JobSpecError, ModelShape, Parallelism
 from simulations.workload import SimJob, Workload
+from topology.textfile import read_text
 
 DATA_DIR = Path(__file__).parent / "data"
 QUANTILE_FILE = DATA_DIR / "philly_runtime_quantiles.csv"
@@ -84,7 +86,7 @@ def _gavel_family(job_type: str) -> str:
 def _gavel_rows(path: Path, prefix: str) -> list[tuple[SimJob, float]]:
     """(job with duration unset, steps) for every line of one Gavel trace file."""
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_text(path, "trace", TraceError).splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path.name}:{number}"
@@ -121,12 +123,7 @@ def load_gavel(path: str | Path) -> Workload:
         raise TraceError(f"{target}: no .trace files found")
     rows: list[tuple[SimJob, float]] = []
     for file in files:
-        try:
-            rows.extend(_gavel_rows(file, f"{file.stem}-" if len(files) > 1 else "job-"))
-        except OSError as exc:
-            raise TraceError(f"cannot read trace {file}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError:
-            raise TraceError(f"{file}: not a text file") from None
+        rows.extend(_gavel_rows(file, f"{file.stem}-" if len(files) > 1 else "job-"))
     if not rows:
         raise TraceError(f"{target}: the trace has no jobs")
     _match_durations(rows)
@@ -161,20 +158,14 @@ def _csv_job(row: dict[str, str], where: str) -> SimJob:
 def load_csv(path: str | Path) -> Workload:
     """Jobs of a generic CSV trace (see module doc)."""
     target = Path(path)
-    try:
-        with target.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            header = [h.strip() for h in (reader.fieldnames or [])]
-            missing = [c for c in REQUIRED_COLUMNS if c not in header]
-            if missing:
-                raise TraceError(f"{target}: missing column(s) {', '.join(missing)} "
-                                 f"(header must include {','.join(REQUIRED_COLUMNS)})")
-            reader.fieldnames = header
-            jobs = [_csv_job(row, f"{target.name}:{number}") for number, row in enumerate(reader, 2)]
-    except OSError as exc:
-        raise TraceError(f"cannot read trace {target}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{target}: not a text file") from None
+    reader = csv.DictReader(io.StringIO(read_text(target, "trace", TraceError), newline=""))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise TraceError(f"{target}: missing column(s) {', '.join(missing)} "
+                         f"(header must include {','.join(REQUIRED_COLUMNS)})")
+    reader.fieldnames = header
+    jobs = [_csv_job(row, f"{target.name}:{number}") for number, row in enumerate(reader, 2)]
     if not jobs:
         raise TraceError(f"{target}: the trace has no jobs")
     duplicates = len(jobs) - len({j.job_id for j in jobs})

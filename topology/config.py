@@ -31,6 +31,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from topology.model import LinkTier, TopologyError
 from topology.strict import StrictModel, did_you_mean, unknown_name_message, validation_message
+from topology.textfile import read_text
 
 ROLES = ("host", "nvlink", "leaf", "spine", "core", "cluster")
 """Every link role, innermost first."""
@@ -178,15 +179,15 @@ def load_config(path: str | Path) -> TopologyConfig:
     """Read a YAML or JSON config file into a `TopologyConfig`."""
     import yaml
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TopologyError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    text = read_text(path, "config", TopologyError)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise TopologyError(f"config {path} is not valid YAML/JSON: {' '.join(str(exc).split())}") from None
-    return parse_config(data)
+    try:
+        return parse_config(data)
+    except TopologyError as exc:
+        raise TopologyError(f"{path}: {exc}") from None
 
 
 def as_config(config: TopologyConfig | dict | str | Path | None) -> TopologyConfig:

@@ -26,6 +26,7 @@ from topology.k8s import (
 )
 from topology.model import ClusterTopology, TopologyError
 from topology.schemes import DetectedLevel, detect_levels, levels_from_label_keys
+from topology.textfile import decode_text, read_text
 
 __all__ = ["load_cluster", "node_record_from_k8s", "read_objects", "topology_from_objects"]
 
@@ -37,23 +38,25 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def decode_documents(data: bytes, source: str) -> list[Any]:
-    """Decode JSON (fast path, msgspec) or YAML (possibly several documents) into Python objects."""
-    stripped = data.lstrip()
+def decode_documents(data: bytes | str, source: str) -> list[Any]:
+    """Decode JSON (fast path, msgspec) or YAML (possibly several documents) into Python objects; bytes must be
+    text as `topology.textfile` reads it (UTF-8, or UTF-16/32 with a byte-order mark)."""
+    text = decode_text(data, source, TopologyError) if isinstance(data, bytes) else data
+    stripped = text.lstrip()
     if not stripped:
         raise TopologyError(f"{source} is empty")
-    if stripped[:1] in (b"{", b"["):
+    if stripped[:1] in ("{", "["):
         import msgspec
 
         try:
-            return [msgspec.json.decode(data)]
+            return [msgspec.json.decode(text)]
         except msgspec.DecodeError as exc:
             raise TopologyError(f"{source} is not valid JSON: {_one_line(exc)}") from None
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return [doc for doc in yaml.load_all(data, Loader=loader) if doc is not None]
+        return [doc for doc in yaml.load_all(text, Loader=loader) if doc is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -103,11 +106,8 @@ def flatten_documents(docs: list[Any], source: str) -> list[Mapping[str, Any]]:
 def read_objects(path: str | Path) -> list[Mapping[str, Any]]:
     """All Kubernetes objects in a JSON or YAML file (Lists flattened)."""
     source = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise TopologyError(f"cannot read {source}: {exc.strerror or exc}") from None
-    return flatten_documents(decode_documents(data, source), source)
+    text = read_text(path, "cluster file", TopologyError)
+    return flatten_documents(decode_documents(text, source), source)
 
 
 def _explicit_levels(

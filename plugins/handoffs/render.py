@@ -11,26 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from plugins.handoffs import handoff_for_manifest
 from scheduler.placement.engine import build_ranks
 from scheduler.placement.jobs import AXES, JobSpecError, parse_rank_order
-from scheduler.handoff.manifests import gang_from_manifest
+from scheduler.handoff.manifests import gang_from_manifest, read_manifest
 from scheduler.placement.result import PLACED, Placement
-
-
-def read_single_manifest(path: str | Path) -> dict[str, Any]:
-    """The one job manifest in a YAML/JSON file; JobSpecError with one line otherwise."""
-    try:
-        docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
-    except OSError as exc:
-        raise JobSpecError(f"cannot read job file {path}: {exc.strerror}") from None
-    except yaml.YAMLError:
-        raise JobSpecError(f"{path}: not valid YAML/JSON") from None
-    if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise JobSpecError(f"{path}: expected exactly one job manifest, found {len(docs)} documents")
-    return docs[0]
+from topology.textfile import read_text
 
 
 def placement_from_json(manifest: dict[str, Any], document: Any) -> Placement:
@@ -93,11 +79,10 @@ def render_files(job_path: str | Path, placement_path: str | Path) -> list[dict[
 
 
 def _inputs(job_path: str | Path, placement_path: str | Path) -> tuple[dict[str, Any], Placement]:
-    manifest = read_single_manifest(job_path)
+    manifest = read_manifest(job_path)
+    text = read_text(placement_path, "placement file", JobSpecError)
     try:
-        document = json.loads(Path(placement_path).read_text())
-    except OSError as exc:
-        raise JobSpecError(f"cannot read placement file {placement_path}: {exc.strerror}") from None
+        document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise JobSpecError(f"placement file {placement_path}: not JSON ({exc.msg})") from None
     return manifest, placement_from_json(manifest, document)

@@ -48,6 +48,8 @@ class PodRecord:
     """The node its requests are counted on in `ClusterState.requested` (bookkeeping)."""
     nominated_on: str | None = field(default=None, repr=False, compare=False)
     """The node it is listed under in `ClusterState.nominated_to` (bookkeeping)."""
+    invalid_gang: str = ""
+    """For a pod of meshfit's (`scheduler.gangs.profile`) with a `member_error`: the gang `GET /gangs` lists as invalid."""
 
     @property
     def key(self) -> str:
@@ -64,3 +66,13 @@ class PodRecord:
 def int_or_zero(value: object) -> int:
     """An integer field of a pod (priority), 0 when absent or malformed."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def controller_of(pod: dict, name: str, uid: str) -> dict[str, str] | None:
+    """The pod's controller ownerReference as {apiVersion, kind, name, uid}; the pod itself when it has none."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("uid"):
+            return {k: str(ref.get(k) or "") for k in ("apiVersion", "kind", "name", "uid")}
+    if not uid or uid == name or "/" in uid:  # no real uid (a request body): no owner
+        return None
+    return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}

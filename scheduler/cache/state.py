@@ -21,8 +21,9 @@ import msgspec
 
 from scheduler.placement.jobs import JobSpecError
 from scheduler.gangs.membership import gang_from_membership, identify
+from scheduler.gangs.profile import invalid_gang_key, is_meshfit_pod
 from scheduler.gangs.health import NodeFailures, mark_failed_unschedulable
-from scheduler.cache.pod_record import PodRecord, int_or_zero
+from scheduler.cache.pod_record import PodRecord, controller_of, int_or_zero
 from scheduler.gangs.rendezvous import given_from_annotations
 from scheduler.gangs.ledger import DEFAULT_TTL_SECONDS, ReservationLedger
 from scheduler.gangs.spares import parse_gang_spares
@@ -51,16 +52,6 @@ MAX_REQUEST_ONLY_PODS = 20_000
 """Pods known only from request bodies kept at most (a forged-body flood cannot grow memory without end)."""
 
 
-def _controller_of(pod: dict, name: str, uid: str) -> dict[str, str] | None:
-    """The pod's controller ownerReference as {apiVersion, kind, name, uid}; the pod itself when it has none."""
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
-        if isinstance(ref, dict) and ref.get("controller") and ref.get("uid"):
-            return {k: str(ref.get(k) or "") for k in ("apiVersion", "kind", "name", "uid")}
-    if not uid or uid == name or "/" in uid:  # no real uid (a request body): no owner
-        return None
-    return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}
-
-
 def _meta(obj: dict) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
@@ -86,6 +77,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
         self._objects_epoch = 0
         self.gang_index: dict[str, dict[str, PodRecord]] = {}
         """Gang key -> uid -> record of every known member (for consistency checks and preemption)."""
+        self.invalid_pods: dict[str, PodRecord] = {}
+        """uid -> record of every unfinished pod of meshfit's whose gang cannot be read (`GET /gangs`: invalid)."""
         self.generation = 0
         """Bumped on every topology rebuild."""
         self.policy: str | None = None
@@ -136,7 +129,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
             self._objects_epoch += 1
             for obj in objects:
                 self._store_object(obj)
-            self.pods, self._uid_by_name, self.gang_index, self.requested = {}, {}, {}, {}
+            self.pods, self._uid_by_name, self.gang_index, self.requested, self.invalid_pods = {}, {}, {}, {}, {}
             self.nominated_to, self.pending_outside = {}, {}
             for pod in pods:
                 self._index(self._record(pod))
@@ -241,7 +234,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
                              known.member_error, fingerprint, known.given if node else None, priority, nominated,
                              known.cached_signature, scheduler_name=known.scheduler_name, spares=known.spares,
                              preemption_policy=known.preemption_policy, terminating=terminating, needs=known.needs,
-                             owner=known.owner)
+                             owner=known.owner, invalid_gang=known.invalid_gang)
         try:
             gpus = pod_gpu_request(pod, self.config.gpu_resources)
         except TopologyError:
@@ -259,7 +252,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
         given = given_from_annotations((pod.get("metadata") or {}).get("annotations"), name) \
             if node and member is not None else None
         record = PodRecord(uid, namespace, name, gpus, node, phase, member, error, fingerprint, given, priority, nominated,
-                           spares=spares, terminating=terminating, owner=_controller_of(pod, name, uid))
+                           spares=spares, terminating=terminating, owner=controller_of(pod, name, uid),
+                           invalid_gang=invalid_gang_key(pod) if error and is_meshfit_pod(pod) else "")
         if self.needs_of is not None:
             try:
                 record.needs = self.needs_of(pod)
@@ -308,6 +302,9 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
                 self.gang_index.pop(old.member.gang_key, None)
         self.pods[record.uid] = record
         self._uid_by_name[(record.namespace, record.name)] = record.uid
+        self.invalid_pods.pop(record.uid, None)
+        if record.invalid_gang and record.phase not in FINISHED_PHASES:
+            self.invalid_pods[record.uid] = record
         if record.member is not None and record.phase not in FINISHED_PHASES:  # a Failed or Succeeded pod is
             self.gang_index.setdefault(record.member.gang_key, {})[record.uid] = record  # no member any more
 
@@ -315,6 +312,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
         self._account(record, None)
         self._nominate(record, False)
         self.pods.pop(record.uid, None)
+        self.invalid_pods.pop(record.uid, None)
         if self._uid_by_name.get((record.namespace, record.name)) == record.uid:
             del self._uid_by_name[(record.namespace, record.name)]
         if record.member is not None:

@@ -13,9 +13,28 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
-console = Console()
+UNBOUNDED_WIDTH = 1_000_000
+"""Columns of stdout off a terminal: more than any table or line meshfit prints (rich pads nothing to it)."""
+
+
+class OutputConsole(Console):
+    """The stdout console: as wide as the terminal on one; off one (CI logs, `| less`, `> file`) unbounded, so rich
+    never cuts a cell (`fabric.…`), splits a header (`positio n`) or wraps a line: every value stays whole."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        """The terminal's size, or an unbounded width off a terminal (decided at each print: stdout may change)."""
+        size = Console.size.fget(self)  # type: ignore[attr-defined]
+        return size if self.is_terminal else ConsoleDimensions(UNBOUNDED_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+console = OutputConsole()
 err_console = Console(stderr=True)
 
 EXIT_OK = 0
@@ -57,7 +76,7 @@ def names_column(table: Any, header: str, names: list[str]) -> None:
 def print_table(table: Any, target: Console | None = None) -> None:
     """Print a rich table; off a terminal (CI logs, pipes) at its natural width, so nothing is cut at 80 columns."""
     out = target or console
-    if out.is_terminal:
+    if out.is_terminal or isinstance(out, OutputConsole):
         out.print(table)
         return
     natural = out.measure(table, options=out.options.update_width(10_000)).maximum

@@ -24,11 +24,11 @@ import msgspec
 import urllib3
 
 from scheduler.gangs.membership import identify
+from scheduler.gangs.profile import INVALID_STATE, invalid_gang_key, invalid_reason, is_meshfit_pod
 from scheduler.gangs.sources import api_group, metadata, pod_gpus, qualified_kind, split_kind
 from scheduler.handoff.assignment import ANNOTATION_GANG
 from scheduler.handoff.rank_table import RANK_TABLE_KEY
 from scheduler.kube.resources import DEFAULT_RESOURCES, PODS, WatchedResource
-from scheduler.placement.annotation_keys import MESHFIT_PREFIX
 
 CONFIGMAPS = WatchedResource("", "v1", "configmaps", "ConfigMap")
 GANG_OBJECTS = tuple(r for r in DEFAULT_RESOURCES if r.sink == "object" and r.kind not in ("Topology", "HyperNode"))
@@ -51,19 +51,21 @@ def load_api_client(kubeconfig: Path | None, context: str | None) -> tuple[Any, 
     in-cluster config; ValueError with one line when neither works."""
     import kubernetes
 
+    from scheduler.kube.kubeconfig import CLIENT_ERRORS, load_kubeconfig
+
     try:
-        kubernetes.config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
+        load_kubeconfig(kubeconfig, context)
         _, active = kubernetes.config.list_kube_config_contexts(str(kubeconfig) if kubeconfig else None)
         if context:
             contexts, _ = kubernetes.config.list_kube_config_contexts(str(kubeconfig) if kubeconfig else None)
             active = next((c for c in contexts if c.get("name") == context), active)
         namespace = str(((active or {}).get("context") or {}).get("namespace") or "default")
-    except (kubernetes.config.ConfigException, OSError, TypeError, ValueError) as exc:
+    except CLIENT_ERRORS as exc:  # load_kubeconfig's ValueError names the file already
         try:
             kubernetes.config.load_incluster_config()
         except kubernetes.config.ConfigException:
-            where = f"--kubeconfig {kubeconfig}" if kubeconfig else "no kubeconfig ($KUBECONFIG, ~/.kube/config)"
-            raise ValueError(f"{where}: {exc}; or give --url of a running meshfit serve") from None
+            reason = str(exc) if isinstance(exc, ValueError) else f"--kubeconfig {kubeconfig}: {exc}"
+            raise ValueError(f"{reason}; or give --url of a running meshfit serve") from None
         namespace = _in_cluster_namespace()
     return kubernetes.client.ApiClient(), namespace
 
@@ -179,38 +181,22 @@ class _Gang:
                 self.messages.append((when, " ".join(str(condition["message"]).split())))
 
 
-def _is_meshfit_pod(pod: dict, scheduler_name: str) -> bool:
-    """Scheduled by meshfit's profile, or carrying a `meshfit.io/*` label or annotation."""
-    if (pod.get("spec") or {}).get("schedulerName") == scheduler_name:
-        return True
-    meta = metadata(pod)
-    keys = [*(meta.get("labels") or {}), *(meta.get("annotations") or {})]
-    return any(str(key).startswith(MESHFIT_PREFIX) for key in keys)
-
-
 def _live(pod: dict) -> bool:
     return (pod.get("status") or {}).get("phase") not in FINISHED and not metadata(pod).get("deletionTimestamp")
-
-
-def _invalid_key(pod: dict) -> str:
-    """A gang key for a pod whose membership cannot be read: its controller, its gang label, else the pod."""
-    meta = metadata(pod)
-    owner = next((ref.get("name") for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None)
-    name = owner or (meta.get("labels") or {}).get("meshfit.io/gang") or meta.get("name") or "?"
-    return f"{meta.get('namespace') or 'default'}/{name}"
 
 
 def _collect(view: ClusterView, scheduler_name: str) -> dict[str, _Gang]:
     lookup = _lookup(view.objects)
     gangs: dict[str, _Gang] = {}
     for pod in view.pods:
-        if not _live(pod) or not _is_meshfit_pod(pod, scheduler_name):
+        if not _live(pod) or not is_meshfit_pod(pod, {scheduler_name}):
             continue
         try:
             member = identify(pod, lookup)
         except ValueError as exc:  # JobSpecError, TopologyError: the gang cannot be placed as written
-            gang = gangs.setdefault(_invalid_key(pod), _Gang(_invalid_key(pod)))
-            gang.error = gang.error or str(exc)
+            key = invalid_gang_key(pod)
+            gang = gangs.setdefault(key, _Gang(key))
+            gang.error, gang.gpus_per_pod = gang.error or str(exc), gang.gpus_per_pod or pod_gpus(pod)
             gang.add_pod(pod)
             continue
         if member is None:
@@ -237,7 +223,7 @@ def _table_sizes(rank_tables: list[dict]) -> dict[str, int]:
 def _state(gang: _Gang, size: int, has_table: bool) -> tuple[str, str]:
     """(state, reason in plain words), as `GET /gangs` words them."""
     if gang.error:
-        return "invalid", f"not placed until fixed: {gang.error}"
+        return INVALID_STATE, invalid_reason(gang.error)
     if size and gang.bound >= size:
         return "bound", "all members bound"
     if gang.bound:

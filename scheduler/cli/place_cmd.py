@@ -5,6 +5,7 @@ Exit codes (DESIGN.md): 0 placed, 3 unschedulable (with the reason), 2 bad input
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -150,11 +151,13 @@ def place_command(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Place a job's whole gang (or nothing) and print its rank layout and predicted step cost."""
+    from scheduler.cli.place_warnings import job_warnings
+    from scheduler.handoff.manifests import gang_from_manifest, read_manifest
     from scheduler.placement.engine import place
-    from scheduler.handoff.manifests import load_job
 
     try:
-        gang = load_job(job)
+        manifest = read_manifest(job)
+        gang = gang_from_manifest(manifest)
     except JobSpecError as exc:
         fail(str(exc))
     topo = _load_cluster(cluster, config)
@@ -164,8 +167,11 @@ def place_command(
         report = _report(gang, topo, policy, placement) if explain_flag else None
     except (JobSpecError, ValueError) as exc:
         fail(str(exc))
+    warnings = job_warnings(manifest)  # only once the input is good: bad input stays one line
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if output != OutputFormat.table:
-        document = placement.to_json()
+        document = {**placement.to_json(), "warnings": warnings}
         if report is not None:
             document["explain"] = report
         print_document(document, output)

@@ -44,17 +44,16 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
     import kubernetes
 
     from scheduler.cache.state import ClusterState
+    from scheduler.kube.kubeconfig import load_kubeconfig
 
-    try:
-        if kubeconfig is not None:
-            kubernetes.config.load_kube_config(config_file=str(kubeconfig))
-        else:
+    if kubeconfig is not None:
+        load_kubeconfig(kubeconfig)
+    else:
+        try:
             kubernetes.config.load_incluster_config()
-    except kubernetes.config.ConfigException as exc:
-        if kubeconfig is not None:
-            raise ValueError(f"--kubeconfig {kubeconfig}: {exc}") from None
-        raise ValueError("no cluster to serve: give --cluster FILE (embedded mode) or --kubeconfig FILE, or run "
-                         f"inside a pod (in-cluster config: {exc})") from None
+        except kubernetes.config.ConfigException as exc:
+            raise ValueError("no cluster to serve: give --cluster FILE (embedded mode) or --kubeconfig FILE, or run "
+                             f"inside a pod (in-cluster config: {exc})") from None
     configuration = kubernetes.client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = API_CONNECTIONS  # the binds, verbs and watches never queue for one
     api_client = kubernetes.client.ApiClient(configuration)

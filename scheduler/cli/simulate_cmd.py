@@ -50,6 +50,9 @@ MaxCommRatioOption = typer.Option(
     None, "--max-comm-ratio",
     help="Give every gang meshfit.io/max-comm-ratio R: wait rather than start on a layout whose predicted "
          "step communication exceeds R x its lower bound.")
+OverwriteOption = typer.Option(False, "--overwrite",
+                               help="Use a --out-dir that is not empty: first remove the files a previous "
+                                    "simulate or plan run wrote there (without it, a used folder is refused).")
 KueueSlicesOption = typer.Option(
     KueueSlices.auto, "--kueue-slices",
     help="Kueue slice annotations (one tp group per slice, inside one domain of the smallest level that holds "
@@ -82,7 +85,8 @@ def simulate_command(
     output: OutputFormat = OutputOption,
     out_dir: Path | None = typer.Option(None, "--out-dir", "--out",
                                         help="Directory for summary.json, details.json, CSVs and PNGs "
-                                             "(nothing is written without it)."),
+                                             "(nothing is written without it); a new or empty folder."),
+    overwrite: bool = OverwriteOption,
     legacy_format: OutputFormat | None = typer.Option(None, "--format", hidden=True,
                                                       help="Deprecated spelling of -o."),
 ) -> None:
@@ -92,8 +96,12 @@ def simulate_command(
     from simulations.runner import sweep_specs
     from simulations.tables import legend_lines, summary_table
 
+    from simulations.outdir import prepare_out_dir
+
     output = legacy_format or output
     try:
+        if out_dir is not None:
+            prepare_out_dir(out_dir, overwrite)
         policies = session.check_policies(policy)
         spec = session.cluster_spec(cluster, preset, nodes, session.parse_links(link))
         gpus = session.build_cluster(spec, fast=False).gpus_total
@@ -143,15 +151,20 @@ def plan_command(
     backfill: Backfill = BackfillOption, queue: QueueOrder = QueueOption,
     node_mtbf_hours: float = MtbfOption,
     workers: int | None = WorkersOption, dask: str | None = DaskOption,
-    out: Path | None = typer.Option(None, "--out-dir", "--out", help="Directory for plan.json and plots."),
+    out: Path | None = typer.Option(None, "--out-dir", "--out",
+                                    help="Directory for plan.json and plots; a new or empty folder."),
+    overwrite: bool = OverwriteOption,
     output: OutputFormat = OutputOption,
 ) -> None:
     """Compare candidate topologies on the same workload; print them ranked (cost, else mean JCT)."""
     from simulations import session
     from simulations.planner import run_plan
+    from simulations.outdir import prepare_out_dir
     from simulations.tables import plan_table
 
     try:
+        if out is not None:
+            prepare_out_dir(out, overwrite)
         document = run_plan(candidate, workload_file, synthetic, load, arrival_scale, policy,
                             session.base_config(seed, **_settings(backfill, queue, 0.2, 0.5, node_mtbf_hours,
                                                                   4.0, 30.0, 5.0, None)),

@@ -26,6 +26,7 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from topology.strict import StrictModel, validation_message
+from topology.textfile import read_text
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
@@ -85,10 +86,9 @@ DEFAULT_FABRICS = FabricConfig(fabrics=[
 
 def load_fabric_config(path: str | Path) -> FabricConfig:
     """Read and validate a fabric config YAML file; FabricConfigError with one line otherwise."""
+    text = read_text(path, "fabric config", FabricConfigError)
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise FabricConfigError(f"cannot read fabric config {path}: {exc.strerror or exc}") from None
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise FabricConfigError(f"fabric config {path}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     try:

@@ -35,6 +35,7 @@ from scheduler.handoff.fabric import FabricConfig, transport_env
 from scheduler.handoff.assignment import AssignmentError, PodAssignment
 from scheduler.placement.jobs import AXES
 from scheduler.handoff.rank_table import RankTable, parse_rank_table
+from topology.textfile import decode_text, read_text
 
 DEFAULT_ANNOTATIONS_FILE = "/etc/podinfo/annotations"
 DEFAULT_WAIT_TIMEOUT = 300.0
@@ -73,28 +74,31 @@ def _go_unquote(quoted: str) -> str:
     return out.decode("utf-8", errors="replace")
 
 
-def parse_downward_annotations(text: str) -> dict[str, str]:
-    """Parse a downward-API annotations file (`key="value"` lines, Go-quoted values)."""
+def parse_downward_annotations(text: str, source: str = "annotations file") -> dict[str, str]:
+    """Parse a downward-API annotations file (`key="value"` lines, Go-quoted values); `source` names it in errors."""
     annotations: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         match = _LINE.match(line)
         if match is None:
-            raise AssignmentError(f"annotations file line {number}: expected key=\"value\", got {line[:80]!r}")
+            raise AssignmentError(f"{source} line {number}: expected key=\"value\", got {line[:80]!r}")
         annotations[match.group(1).strip()] = _go_unquote(match.group(2))
     return annotations
 
 
 def read_labels_file(path: str | Path) -> dict[str, str]:
     """Node labels from a JSON object file or a downward-API style `key="value"` file."""
-    text = Path(path).read_text()
+    text = read_text(path, "node labels file", AssignmentError)
     if text.lstrip().startswith("{"):
-        labels = json.loads(text)
+        try:
+            labels = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise AssignmentError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
         if not isinstance(labels, dict):
             raise AssignmentError(f"{path}: expected a JSON object of labels")
         return {str(k): str(v) for k, v in labels.items()}
-    return parse_downward_annotations(text)
+    return parse_downward_annotations(text, str(path))
 
 
 def rank_environment(assignment: PodAssignment, local_rank: int = 0,
@@ -126,7 +130,7 @@ def rank_environment(assignment: PodAssignment, local_rank: int = 0,
 def _rank_table_progress(path: Path, assignment: PodAssignment) -> tuple[RankTable | None, str]:
     if not path.exists():
         return None, f"rank table {path} not present yet"
-    table = parse_rank_table(path.read_text())
+    table = parse_rank_table(read_text(path, "rank table", AssignmentError), str(path))
     table.check_matches(assignment)
     bound = sum(1 for node in table.pod_nodes if node)
     return (table if table.complete else None), f"{bound} of {len(table.pod_nodes)} pods bound"
@@ -194,12 +198,15 @@ def read_assignment(annotations_file: str | Path, rank_table: str | Path | None 
     env = os.environ if env is None else env
     annotations, problem = None, ""
     try:
-        annotations = parse_downward_annotations(Path(annotations_file).read_text())
+        data = Path(annotations_file).read_bytes()
     except FileNotFoundError as exc:
         problem = f"cannot read {annotations_file}: {exc.strerror}"
+    else:
+        annotations = parse_downward_annotations(decode_text(data, str(annotations_file), AssignmentError),
+                                                 f"annotations file {annotations_file}")
     table = None
     if rank_table is not None and Path(rank_table).exists():
-        table = parse_rank_table(Path(rank_table).read_text())
+        table = parse_rank_table(read_text(rank_table, "rank table", AssignmentError), f"rank table {rank_table}")
     return resolve_assignment(annotations, table, env, problem)
 
 

@@ -33,6 +33,20 @@ class JobPods:
     """Set by readers whose GPUs are not in a pod template (TrainJob resourcesPerNode)."""
     default_slice_size: int | None = None
     """Kueue slice size when `podset-slice-size` is absent (JobSet: pods per Job, if every Job has as many)."""
+    pod_templates: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
+    """Each pod template once, with its path (`spec.tasks[0].template`): where `schedulerName` must be meshfit's."""
+    schema_parts: list[tuple[str, Mapping[str, Any], str]] = field(default_factory=list)
+    """(path, object, `kubernetes.client` model name) of the parts Kubernetes' own schema covers."""
+    default_scheduler: str = ""
+    """The schedulerName of pods whose template sets none ("": kube-scheduler's default profile)."""
+    extender_of: str = ""
+    """A scheduler that calls meshfit as its extender for this kind (Volcano): pods of its name reach meshfit."""
+
+    def add_template(self, where: str, template: Mapping[str, Any], checked_whole: bool = True) -> None:
+        """Note a pod template at `where`; schema-checked on its own unless a checked part holds it."""
+        self.pod_templates.append((where, template))
+        if checked_whole:
+            self.schema_parts.append((where, template, "V1PodTemplateSpec"))
 
 
 def as_mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -83,6 +97,7 @@ def read_pytorchjob(name: str, spec: Mapping[str, Any]) -> JobPods:
         replica = as_mapping(specs[role], where)
         template = _template(replica, where)
         out.annotation_sources.append((f"{where}.template", _annotations(template.get("metadata"), f"{where}.template")))
+        out.add_template(f"{where}.template", template)
         for i in range(count_field(replica, "replicas", where, 1)):
             out.pods.append((f"{name}-{role.lower()}-{i}", template))
     return out
@@ -107,6 +122,8 @@ def read_jobset(name: str, spec: Mapping[str, Any]) -> JobPods:
         out.annotation_sources.append((f"{where}.template", _annotations(job_template.get("metadata"), f"{where}.template")))
         out.annotation_sources.append((f"{where}.template.spec.template",
                                        _annotations(pod_template.get("metadata"), f"{where}.template.spec.template")))
+        out.add_template(f"{where}.template.spec.template", pod_template, checked_whole=False)
+        out.schema_parts.append((f"{where}.template", job_template, "V1JobTemplateSpec"))
         for job_index in range(count_field(rjob, "replicas", where, 1)):
             for completion in range(pods_per_job):
                 out.pods.append((f"{name}-{rname}-{job_index}-{completion}", pod_template))
@@ -141,12 +158,14 @@ def read_volcano_job(name: str, spec: Mapping[str, Any]) -> JobPods:
     tasks = spec.get("tasks")
     if not isinstance(tasks, list) or not tasks:
         raise JobSpecError("Volcano Job spec.tasks must be a non-empty list")
-    out = JobPods("Job.batch.volcano.sh")
+    out = JobPods("Job.batch.volcano.sh", default_scheduler=str(spec.get("schedulerName") or "volcano"),
+                  extender_of="volcano")
     for t, task in enumerate(tasks):
         where = f"spec.tasks[{t}]"
         task = as_mapping(task, where)
         template = _template(task, where)
         out.annotation_sources.append((f"{where}.template", _annotations(template.get("metadata"), f"{where}.template")))
+        out.add_template(f"{where}.template", template)
         tname = task.get("name") or f"task{t}"
         for i in range(count_field(task, "replicas", where, 1)):
             out.pods.append((f"{name}-{tname}-{i}", template))
@@ -177,6 +196,8 @@ def read_indexed_job(name: str, spec: Mapping[str, Any]) -> JobPods:
     template = _template(spec, "spec")
     out = JobPods("Job")
     out.annotation_sources.append(("spec.template", _annotations(template.get("metadata"), "spec.template")))
+    out.add_template("spec.template", template, checked_whole=False)
+    out.schema_parts.append(("spec", spec, "V1JobSpec"))
     out.pods = [(f"{name}-{i}", template) for i in range(_indexed_pod_count(spec, "spec"))]
     return out
 

@@ -22,6 +22,7 @@ from scheduler.placement.jobs import (
 from scheduler.gangs.elastic import ANNOTATION_ELASTIC
 from scheduler.placement.annotation_keys import check_meshfit_keys
 from scheduler.handoff.manifest_kinds import READERS, JobPods, as_mapping, gpus_from_template
+from topology.textfile import read_text
 
 KNOWN_KEYS = (ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, ANNOTATION_MODEL, ANNOTATION_REQUIRED_LEVEL,
               ANNOTATION_PREFERRED_LEVEL, KUEUE_REQUIRED_TOPOLOGY, KUEUE_PREFERRED_TOPOLOGY,
@@ -31,10 +32,12 @@ KNOWN_KEYS = (ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, ANNOTATION_MODEL, A
 
 def load_job(path: str | Path) -> Gang:
     """Read a YAML/JSON file holding exactly one job manifest and return its validated gang."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise JobSpecError(f"cannot read job file {path}: {exc.strerror or exc}") from None
+    return gang_from_manifest(read_manifest(path))
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The one job manifest a YAML/JSON file holds (any text `topology.textfile` reads); JobSpecError otherwise."""
+    text = read_text(path, "job file", JobSpecError)
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
@@ -44,7 +47,9 @@ def load_job(path: str | Path) -> Gang:
         raise JobSpecError(f"{path}: not valid YAML/JSON{where}: {problem}") from None
     if len(docs) != 1:
         raise JobSpecError(f"{path}: expected exactly one job manifest, found {len(docs)} documents")
-    return gang_from_manifest(docs[0])
+    if not isinstance(docs[0], dict):
+        raise JobSpecError(f"{path}: expected a job manifest (a mapping), got a {type(docs[0]).__name__}")
+    return docs[0]
 
 
 def _identify(obj: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -147,14 +152,22 @@ def _check_keys(job_name: str, meta: Mapping[str, Any], job: JobPods,
                 check_meshfit_keys(None, template_meta["labels"], f"{job_name} pod template of {pod_name}")
 
 
+def job_pods(obj: Mapping[str, Any]) -> JobPods:
+    """What the kind's reader finds in a manifest: pods, pod templates, annotation sources, schema parts."""
+    return _read(obj)[3]
+
+
+def _read(obj: Mapping[str, Any]) -> tuple[str, str, str, JobPods]:
+    namespace, name, group = _identify(obj)
+    kind = obj["kind"]
+    return namespace, name, kind, READERS[(group, kind)](name, as_mapping(obj.get("spec"), f"{kind} spec"))
+
+
 def gang_from_manifest(obj: Mapping[str, Any]) -> Gang:
     """Turn one manifest dict into a validated `Gang` (pods in rank-block order)."""
     if not isinstance(obj, Mapping):
         raise JobSpecError(f"job manifest must be an object, got {type(obj).__name__}")
-    namespace, name, group = _identify(obj)
-    kind = obj["kind"]
-    spec = as_mapping(obj.get("spec"), f"{kind} spec")
-    job = READERS[(group, kind)](name, spec)
+    namespace, name, kind, job = _read(obj)
     if not job.pods:
         raise JobSpecError(f"{kind} {namespace}/{name} has no pods")
     meta = as_mapping(obj.get("metadata"), "metadata")

@@ -166,8 +166,17 @@ def _elastic_section(doc: Mapping[str, Any]) -> dict[str, int] | None:
     return {k: section[k] for k in keys}
 
 
-def parse_rank_table(text: str) -> RankTable:
-    """Parse and validate a `ranks.json` document; AssignmentError names the first problem."""
+def parse_rank_table(text: str, source: str = "rank table") -> RankTable:
+    """Parse and validate a `ranks.json` document; AssignmentError names `source` and the first problem."""
+    try:
+        return _parse_rank_table(text)
+    except AssignmentError as exc:
+        message = str(exc)
+        raise AssignmentError(source + message.removeprefix("rank table") if message.startswith("rank table")
+                              else f"{source}: {message}") from None
+
+
+def _parse_rank_table(text: str) -> RankTable:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -31,6 +31,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from scheduler.placement.engine import place
+from scheduler.gangs.profile import SCHEDULER_NAMES
 from scheduler.gangs.lifecycle import GangStateMachine, phase_of
 from scheduler.gangs.queue import GangQueue
 from scheduler.placement.result import Placement
@@ -77,7 +78,7 @@ class GangLifecycle(GangAdmission):
         """Gangs (re)reserved since the scheduler last published rank tables (their nodes changed)."""
         self.noticed: dict[str, float] = {}
         """Pod uid -> when a tick first saw it pending in the watch."""
-        self.scheduler_names: frozenset[str] = frozenset({"meshfit"})
+        self.scheduler_names: frozenset[str] = SCHEDULER_NAMES
         """`spec.schedulerName`s whose pending gangs meshfit queues from the watch (its kube-scheduler profile)."""
         self.observe_wait: Callable[[str, float], None] | None = None
         """Called with ("reserved" | "bound", seconds since the gang's first member arrived)."""

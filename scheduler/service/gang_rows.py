@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from scheduler.gangs.ledger import Reservation
+from scheduler.gangs.profile import INVALID_STATE, invalid_reason
 
 
 class GangLifecycle(Protocol):
@@ -50,7 +51,28 @@ def gang_rows(lifecycle: GangLifecycle) -> list[dict]:
         for extend in lifecycle.row_extras:
             extend(key, row)
         rows.append(row)
+    add_invalid_rows(rows, lifecycle.state.invalid_pods.values())
     return rows
+
+
+def add_invalid_rows(rows: list[dict], records: Iterable[Any]) -> None:
+    """Show the gangs of pods whose spec cannot be read as `invalid`, with the hint, as `meshfit gangs` does
+    through the kubeconfig: a new row per gang, or the gang's row (one bad member) turned invalid."""
+    by_gang: dict[str, list[Any]] = {}
+    for record in records:
+        if not record.terminating:
+            by_gang.setdefault(record.invalid_gang, []).append(record)
+    by_key = {row["gang"]: row for row in rows}
+    for key in sorted(by_gang):
+        members = by_gang[key]
+        row = by_key.get(key)
+        if row is None:
+            row = {"gang": key, "position": None, "priority": max(r.priority for r in members),
+                   "pods": len(members), "gpus_per_pod": max(r.gpus for r in members),
+                   "bound": sum(1 for r in members if r.node), "arrived_at": None}
+            rows.append(row)
+        row["position"] = None
+        row["state"], row["reason"] = INVALID_STATE, invalid_reason(str(members[0].member_error))
 
 
 def entry_state(entry: Reservation) -> tuple[str, str]:

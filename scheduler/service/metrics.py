@@ -90,7 +90,7 @@ class StateCollector(Collector):
 class GangQueueCollector(Collector):
     """`meshfit_gang_queue{state}` and `meshfit_gangs_waiting{priority}` from the scheduler's gang lifecycle."""
 
-    STATES = ("waiting", "reserved", "binding", "bound", "incomplete", "rolling-back")
+    STATES = ("waiting", "reserved", "binding", "bound", "incomplete", "rolling-back", "invalid")
 
     def __init__(self, scheduler) -> None:
         self.scheduler = scheduler

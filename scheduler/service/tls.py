@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from topology.textfile import decode_text
+
 PEER_STATE_KEY = "meshfit.tls_peer"
 """Key of the client's `PeerIdentity` in `scope["state"]` (absent / None: no verified certificate)."""
 log = logging.getLogger("meshfit.serve")
@@ -75,10 +77,12 @@ def identity_of(cert: Optional[dict]) -> Optional[PeerIdentity]:
 
 
 def _read(flag: str, path: Path) -> bytes:
+    """The file's bytes, checked to be UTF-8 text (PEM and tokens are ASCII); ValueError naming the flag otherwise."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ValueError(f"{flag} {path}: {exc.strerror or exc}") from None
+    decode_text(data, f"{flag} {path}", ValueError, utf8_only=True)
     if not data.strip():
         raise ValueError(f"{flag} {path}: file is empty")
     return data

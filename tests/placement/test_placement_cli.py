@@ -29,7 +29,7 @@ def test_json_follows_the_design_contract(cluster_file):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert list(doc) == ["job", "status", "reason", "policy", "world_size", "parallelism", "rank_order", "pods",
-                         "ranks", "cost"]
+                         "ranks", "cost", "warnings"]
     assert (doc["job"], doc["status"], doc["policy"], doc["world_size"]) == ("research/llama-70b", "placed", "meshfit", 32)
     assert set(doc["pods"][0]) == {"index", "name", "node", "ranks"} and doc["pods"][0]["ranks"] == list(range(8))
     assert set(doc["ranks"][0]) == {"rank", "pod_index", "node", "local_rank", "coords"}

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from plugins.handoffs.render import placement_from_json, read_single_manifest
+from plugins.handoffs.render import placement_from_json
+from scheduler.handoff.manifests import read_manifest
 from plugins.handoffs import handoff_for_manifest
 from plugins.handoffs.schemas import SchemaError, check_k8s, validate_rendered
 from scheduler.cli import app
@@ -23,7 +24,7 @@ runner = CliRunner()
 
 def placed(job_file: str, nodes: int = 16):
     """(manifest, placement) for a fixture job placed by first-fit on a generated cluster."""
-    manifest = read_single_manifest(JOBS / job_file)
+    manifest = read_manifest(JOBS / job_file)
     placement = place(gang_from_manifest(manifest), make_cluster(nodes=nodes), "first-fit")
     assert placement.placed
     return manifest, placement
@@ -131,7 +132,7 @@ def test_cli_render_warns_about_what_it_cannot_pin(tmp_path, job_file, nodes, wa
     placement_file.write_text(json.dumps(placement.to_json()))
     result = runner.invoke(app, ["render", "--job", str(JOBS / job_file), "--placement", str(placement_file)])
     assert result.exit_code == 0, result.output
-    assert [doc["kind"] for doc in yaml.safe_load_all(result.stdout)] == [read_single_manifest(JOBS / job_file)["kind"]]
+    assert [doc["kind"] for doc in yaml.safe_load_all(result.stdout)] == [read_manifest(JOBS / job_file)["kind"]]
     if warned is None:
         assert result.stderr == ""
     else:

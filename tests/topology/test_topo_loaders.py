@@ -16,7 +16,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nodes"
 BAD_FILES = [
     ("not-json", "not-json.json", "is not valid JSON"),
     ("not-yaml", "not-yaml.yaml", "is not valid JSON or YAML (line 5)"),
-    ("binary", "binary.json", "is not valid JSON or YAML"),
+    ("binary", "binary.json", "binary.json: not UTF-8 text: byte 0 (line 1) is 0x89"),
     ("empty", "empty.json", "is empty"),
     ("configmap", "not-nodelist.yaml", "expected a NodeList or List, got kind 'ConfigMap'"),
     ("yaml-list", "yaml-list.yaml", "expected a NodeList or List, got a list"),

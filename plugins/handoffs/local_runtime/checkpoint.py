@@ -20,6 +20,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from topology.textfile import read_text
+
 LATEST = "latest"
 
 
@@ -61,7 +63,7 @@ def latest_step_dir(root: Path) -> Path:
     pointer = root / LATEST
     if not pointer.is_file():
         raise CheckpointError(f"no checkpoint to resume from in {root} (no {LATEST} file)")
-    directory = root / pointer.read_text().strip()
+    directory = root / read_text(pointer, "checkpoint pointer", CheckpointError).strip()
     if not (directory / "meta.json").is_file():
         raise CheckpointError(f"{pointer} names {directory.name}, which has no meta.json")
     return directory
@@ -69,7 +71,7 @@ def latest_step_dir(root: Path) -> Path:
 
 def read_meta(root: Path) -> dict[str, Any]:
     """The meta document of the latest checkpoint."""
-    return json.loads((latest_step_dir(root) / "meta.json").read_text())
+    return json.loads(read_text(latest_step_dir(root) / "meta.json", "checkpoint meta", CheckpointError))
 
 
 def layout_meta(parallelism, rank_order: str, model_config: dict[str, Any]) -> dict[str, Any]:

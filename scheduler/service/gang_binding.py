@@ -38,6 +38,7 @@ from scheduler.gangs.ledger import SLOT_BINDING, SLOT_RESERVED, Reservation
 from scheduler.gangs.rendezvous import given_from_assignment
 from scheduler.service.bind_fence import DEFAULT_FENCE_SECONDS, NominationFence
 from scheduler.service.binding import BindConflict, Binder, Nominator, RendezvousMissing, bind_assignment
+from scheduler.service.gang_nominations import GangNominations
 from scheduler.service.waker import Waker
 
 log = logging.getLogger("meshfit.bind")
@@ -46,8 +47,6 @@ KUBE_GRACE_SECONDS = 5.0
 """A member kube-scheduler filtered onto its node is left to kube-scheduler's `/bind` this long."""
 RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 15.0
-WATCH_LAG_SECONDS = 1.0
-"""How long a nomination written is awaited in the watch before it is written again (someone cleared it)."""
 FIT_PREFIXES = ("insufficient ", "node ", "untolerated taint")
 """Refusals about the node (not the pod itself): the member can be moved to another node."""
 MOVE_SETTLE_SECONDS = 1.0
@@ -91,7 +90,7 @@ class BindingHooks:
     peers, or release its gang whole while nothing of it is bound; True when either was done (under the lock)."""
 
 
-class GangBinding:
+class GangBinding(GangNominations):
     """Nominates, fences and binds the reserved members of gangs; see the module docstring."""
 
     def __init__(self, state: Any, binder: Binder, config: DirectBinding, hooks: BindingHooks,
@@ -194,28 +193,6 @@ class GangBinding:
         """A gang's slots were (re)held (`reserved`, `repaired`, `re-placed`, `restored`): start on its members."""
         self.kick(gang_key)
 
-    def note_kube_handling(self, record: PodRecord) -> None:
-        """kube-scheduler is asking about this member now: it may bind it through `/bind` itself."""
-        self.kube_handling[record.uid] = self.clock()
-
-    def kube_assumes(self, record: PodRecord, node: str) -> None:
-        """kube-scheduler was told `node` for this member: it assumes the member there and binds it through `/bind`.
-        Until that ends (`kube_let_go`), the member's requests count on `node` as a Binding in flight does, so no
-        Binding of this binder's goes into the same room."""
-        held = self.kube_assumed.pop(record.uid, None)
-        if held is not None:
-            self._add_in_flight(held[0], held[1], -1)
-        if record.needs is not None:
-            self.kube_assumed[record.uid] = (node, record)
-            self._add_in_flight(node, record, +1)
-
-    def kube_let_go(self, record: PodRecord) -> None:
-        """kube-scheduler is done with this member (bound, refused, or its `/bind` returned)."""
-        self.kube_handling.pop(record.uid, None)
-        held = self.kube_assumed.pop(record.uid, None)
-        if held is not None:
-            self._add_in_flight(held[0], held[1], -1)
-
     def leaves_to_kube(self, record: PodRecord) -> bool:
         """True when this binder will not bind `record` (kube-scheduler must; requeue it if it may be parked)."""
         needs = record.needs
@@ -285,56 +262,6 @@ class GangBinding:
         if topo_node is None or not topo_node.schedulable:
             return f"node {node} is not schedulable"
         return self.fits(record, node, self.in_flight_requests.get(node, {}), self._busy())
-
-    # ----- nominations ----------------------------------------------------------------------------------------
-    def _nominate(self, record: PodRecord, node: str | None) -> None:
-        """Write `node` as the pod's nomination (None: clear it) on a worker, unless that write is under way or
-        was just accepted and the watch has not shown it yet."""
-        if record.uid in self.nominating:
-            return
-        written = self.nominated.get(record.uid)
-        if node is not None and written is not None and written[0] == node \
-                and self.clock() - written[1] < WATCH_LAG_SECONDS:
-            self._wake_later(record.member.gang_key if record.member else "", WATCH_LAG_SECONDS)
-            return
-        self.nominating[record.uid] = node or ""
-        self._submit(lambda: self._post_nomination(record, node), self._nominations)
-
-    def _post_nomination(self, record: PodRecord, node: str | None) -> None:
-        error = ""
-        try:
-            self.nominator.nominate(record.namespace, record.name, record.uid, node)
-        except BindConflict as exc:
-            error = str(exc)
-        except Exception as exc:  # noqa: BLE001 - any failure: retried with backoff
-            error = f"nominating node {node} for pod {record.key} failed: {exc}"
-        with self.state.lock:
-            self.nominating.pop(record.uid, None)
-            if error:
-                self.counts["nominate_failed"] += 1
-                self._back_off(record, conflict=False)
-                log.warning("pod %s: %s", record.key, error, extra={"pod": record.key, "decision": "nominate-failed"})
-            elif node is None:
-                self.nominated.pop(record.uid, None)
-                self.counts["cleared"] += 1
-            else:
-                self.nominated[record.uid] = (node, self.clock())
-                self.counts["nominated"] += 1
-            if record.member is not None and not error and node is not None:
-                self.kick(record.member.gang_key)  # in memory the nomination is in the state already
-
-    def _clear_stale_nominations(self) -> None:
-        """Clear nominations this binder wrote for members whose slot is no longer reserved on that node."""
-        for uid, (node, _) in list(self.nominated.items()):
-            record = self.state.pods.get(uid)
-            if record is None or record.node or record.member is None:
-                self.nominated.pop(uid, None)
-                continue
-            entry = self.state.ledger.get(record.member.gang_key)
-            slot = entry.slots.get(record.member.index) if entry is not None else None
-            if (slot is None or slot.node != node or slot.state not in (SLOT_RESERVED, SLOT_BINDING)) \
-                    and record.nominated == node:
-                self._nominate(record, None)
 
     # ----- the Binding -----------------------------------------------------------------------------------------
     def _start(self, record: PodRecord, entry: Reservation) -> int:

@@ -337,9 +337,19 @@ class GangLifecycle(GangAdmission):
                                  f"first member ({entry.bound_count()} of {len(entry.gang.pods)} bound)")
 
     def release(self, key: str, message: str) -> None:
-        """Release a gang's reservation whole (nothing of it bound): told, its members requeued, placed afresh."""
+        """Release a gang's reservation whole (nothing of it bound): one gang Event, back in meshfit's queue (placed
+        afresh by the next admission pass), and only members kube-scheduler parked are requeued."""
+        entry = self.state.ledger.get(key)
         self.state.ledger.unreserve(key)
-        self._note_unreserved(key, message)
+        log.warning(message, extra={"gang": key, "decision": "released"})
+        members = self.members(key)
+        self._tell_gang(members, "GangReleased", message)
+        if entry is not None and members:
+            self.queue.note(key, max(r.priority for r in members), len(entry.gang.pods), entry.gang.gpus_per_pod,
+                            message, self.clock())
+        for record in members:
+            if not record.node and record.uid in self.turned_away:
+                self._requeue(record, None)
         self.observe(key)
 
     def _note_unreserved(self, key: str, message: str) -> None:

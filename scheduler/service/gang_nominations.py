@@ -1,0 +1,108 @@
+"""Nominations and kube-scheduler's assumed members, for `GangBinding` (a mixin).
+
+meshfit writes each reserved member's `status.nominatedNodeName` before binding it (kube-scheduler's filters then count
+the member's requests on its node), clears nominations it wrote for members whose reservation went elsewhere, and
+counts members kube-scheduler has assumed (told their node at `/filter`, their `/bind` to come) on their node, as it
+counts its own Bindings in flight.  See `scheduler.service.gang_binding`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from scheduler.cache.pod_record import PodRecord
+from scheduler.gangs.ledger import SLOT_BINDING, SLOT_RESERVED
+from scheduler.service.binding import BindConflict
+
+log = logging.getLogger("meshfit.bind")
+
+WATCH_LAG_SECONDS = 1.0
+"""How long a nomination written is awaited in the watch before it is written again (someone cleared it)."""
+
+
+class GangNominations:
+    """Nomination writes and kube-scheduler's assumed members; mixed into `GangBinding` (it provides `state`, `clock`,
+    `nominator`, `kube_handling`, `kube_assumed`, `nominating`, `nominated`, `counts`, `kick`, `_submit`,
+    `_nominations`, `_wake_later`, `_back_off` and `_add_in_flight`)."""
+
+    state: Any
+    clock: Callable[[], float]
+    nominator: Any
+    kube_handling: dict
+    kube_assumed: dict
+    nominating: dict
+    nominated: dict
+    counts: dict
+    _nominations: Any
+
+    def note_kube_handling(self, record: PodRecord) -> None:
+        """kube-scheduler is asking about this member now: it may bind it through `/bind` itself."""
+        self.kube_handling[record.uid] = self.clock()
+
+    def kube_assumes(self, record: PodRecord, node: str) -> None:
+        """kube-scheduler was told `node` for this member: it assumes the member there and binds it through `/bind`.
+        Until that ends (`kube_let_go`), the member's requests count on `node` as a Binding in flight does, so no
+        Binding of this binder's goes into the same room."""
+        held = self.kube_assumed.pop(record.uid, None)
+        if held is not None:
+            self._add_in_flight(held[0], held[1], -1)
+        if record.needs is not None:
+            self.kube_assumed[record.uid] = (node, record)
+            self._add_in_flight(node, record, +1)
+
+    def kube_let_go(self, record: PodRecord) -> None:
+        """kube-scheduler is done with this member (bound, refused, or its `/bind` returned)."""
+        self.kube_handling.pop(record.uid, None)
+        held = self.kube_assumed.pop(record.uid, None)
+        if held is not None:
+            self._add_in_flight(held[0], held[1], -1)
+
+    def _nominate(self, record: PodRecord, node: str | None) -> None:
+        """Write `node` as the pod's nomination (None: clear it) on a worker, unless that write is under way or
+        was just accepted and the watch has not shown it yet."""
+        if record.uid in self.nominating:
+            return
+        written = self.nominated.get(record.uid)
+        if node is not None and written is not None and written[0] == node \
+                and self.clock() - written[1] < WATCH_LAG_SECONDS:
+            self._wake_later(record.member.gang_key if record.member else "", WATCH_LAG_SECONDS)
+            return
+        self.nominating[record.uid] = node or ""
+        self._submit(lambda: self._post_nomination(record, node), self._nominations)
+
+    def _post_nomination(self, record: PodRecord, node: str | None) -> None:
+        error = ""
+        try:
+            self.nominator.nominate(record.namespace, record.name, record.uid, node)
+        except BindConflict as exc:
+            error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure: retried with backoff
+            error = f"nominating node {node} for pod {record.key} failed: {exc}"
+        with self.state.lock:
+            self.nominating.pop(record.uid, None)
+            if error:
+                self.counts["nominate_failed"] += 1
+                self._back_off(record, conflict=False)
+                log.warning("pod %s: %s", record.key, error, extra={"pod": record.key, "decision": "nominate-failed"})
+            elif node is None:
+                self.nominated.pop(record.uid, None)
+                self.counts["cleared"] += 1
+            else:
+                self.nominated[record.uid] = (node, self.clock())
+                self.counts["nominated"] += 1
+            if record.member is not None and not error and node is not None:
+                self.kick(record.member.gang_key)  # in memory the nomination is in the state already
+
+    def _clear_stale_nominations(self) -> None:
+        """Clear nominations this binder wrote for members whose slot is no longer reserved on that node."""
+        for uid, (node, _) in list(self.nominated.items()):
+            record = self.state.pods.get(uid)
+            if record is None or record.node or record.member is None:
+                self.nominated.pop(uid, None)
+                continue
+            entry = self.state.ledger.get(record.member.gang_key)
+            slot = entry.slots.get(record.member.index) if entry is not None else None
+            if (slot is None or slot.node != node or slot.state not in (SLOT_RESERVED, SLOT_BINDING)) \
+                    and record.nominated == node:
+                self._nominate(record, None)

@@ -353,6 +353,7 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
         result["bind_latency"] = meshfit_metrics
     watcher.stop()
     core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    print(f"# phase {ns}: " + json.dumps(result), file=sys.stderr, flush=True)  # a run cut short keeps its phases
     return result
 
 

@@ -49,6 +49,9 @@ RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 15.0
 FIT_PREFIXES = ("insufficient ", "node ", "untolerated taint")
 """Refusals about the node (not the pod itself): the member can be moved to another node."""
+MISSING_GRACE_SECONDS = 3.0
+"""How long a reserved gang's first Binding waits for pods its controller has not created yet (a burst's pods arrive
+within it; a member created later than that binds into the slot held for it)."""
 MOVE_SETTLE_SECONDS = 1.0
 """A member moved off a node whose room was taken is not moved again sooner (its new nomination must land first)."""
 DEFAULT_WORKERS = 16
@@ -157,10 +160,16 @@ class GangBinding(GangNominations):
                        if other.uid != record.uid)
 
     def _missing_members(self, entry: Reservation) -> bool:
-        """True while some slot of the gang has no live pod yet (its controller has not created it)."""
+        """True while some slot of the gang has no live pod yet (its controller is still creating them), for at most
+        `MISSING_GRACE_SECONDS` after the reservation: a pod created later than that binds into its held slot alone."""
         live = {r.member.index for r in self.state.gang_index.get(entry.gang_key, {}).values()
                 if r.member is not None and not r.terminating}
-        return any(index not in live for index in entry.slots)
+        if all(index in live for index in entry.slots):
+            return False
+        left = entry.created_at + MISSING_GRACE_SECONDS - self.clock()
+        if left > 0:
+            self._wake_later(entry.gang_key, left)
+        return left > 0
 
     def _holds_back(self, record: PodRecord, entry: Reservation) -> bool:
         """True for a pending member this binder will bind once it is ready (it holds its unbound gang back)."""

@@ -173,3 +173,20 @@ def test_a_member_kube_scheduler_assumed_counts_on_its_node_so_no_peer_is_bound_
     assert service.binder.calls == []  # g-1 would make it 5 + 5 + 1 > 10: not bound beside the assumed g-0
     assert service.state.ledger.get("default/g") is None  # no other node: released whole before any Binding
     assert "no reservation" in service.bind(pods[0], "n-0-0")["Error"]  # so kube-scheduler's /bind of g-0 fails
+
+
+def test_a_gang_whose_pods_are_still_being_created_waits_a_moment_then_binds_the_ones_there():
+    service = direct_service(cpu_nodes(4))
+    pods = gang("g", 4)
+    watch(service, pods[:3])  # pod 3 is not created yet
+    filter_nodes(service.filter(pods[0]))
+    assert service.binder.calls == []  # no lone Binding while the burst may still be creating pod 3
+    service.clock.advance(1.0)
+    service.scheduler.tick()
+    assert service.binder.calls == []
+    service.clock.advance(2.5)
+    service.scheduler.tick()  # past the grace: a member created later binds into its held slot alone
+    assert sorted(service.binder.calls) == ["g-1", "g-2"]  # g-0 is kube-scheduler's (its /bind follows)
+    watch(service, [pods[3]])
+    service.scheduler.run_direct_binds()  # synchronous mode: the writes the watch's kick queued
+    assert sorted(service.binder.calls) == ["g-1", "g-2", "g-3"]

@@ -116,8 +116,9 @@ class GangBinding(GangNominations):
         """Pod uid -> (node, when) of the last nomination this binder wrote and the API server accepted."""
         self.kube_handling: dict[str, float] = {}
         """Pod uid -> when kube-scheduler was last told this member's node (it is binding it itself)."""
-        self.kube_assumed: dict[str, tuple[str, PodRecord]] = {}
-        """Pod uid -> (node, record) of members kube-scheduler assumed on a node and binds through `/bind`."""
+        self.holds: dict[str, tuple[str, PodRecord]] = {}
+        """Pod uid -> (node, record) of members counted on a node before the API shows them there: nominated by this
+        binder, or assumed by kube-scheduler (`hold`)."""
         self.retry_at: dict[str, tuple[float, int, tuple]] = {}
         """Pod uid -> (not before, failures so far, pod fingerprint at the last failure)."""
         self.refused: dict[str, str] = {}
@@ -174,9 +175,10 @@ class GangBinding(GangNominations):
     def _holds_back(self, record: PodRecord, entry: Reservation) -> bool:
         """True for a pending member this binder will bind once it is ready (it holds its unbound gang back)."""
         member = record.member
+        refused_for_fit = self.refused.get(record.uid, "").startswith(FIT_PREFIXES)
         if record.node or record.terminating or member is None or record.uid in self.in_flight \
-                or self.leaves_to_kube(record) or self.clock() - self.kube_handling.get(record.uid, -1e18) \
-                < KUBE_GRACE_SECONDS:
+                or (self.leaves_to_kube(record) and not refused_for_fit) \
+                or self.clock() - self.kube_handling.get(record.uid, -1e18) < KUBE_GRACE_SECONDS:
             return False
         slot = entry.slots.get(member.index)
         return slot is not None and slot.state == SLOT_RESERVED
@@ -184,11 +186,7 @@ class GangBinding(GangNominations):
     def kick_all(self) -> int:
         """`kick` every gang with a plainly reserved slot, and clear stale nominations (the periodic pass)."""
         self._clear_stale_nominations()
-        now = self.clock()
-        for uid, (_, record) in list(self.kube_assumed.items()):
-            current = self.state.pods.get(uid)
-            if current is None or current.node or now - self.kube_handling.get(uid, -1e18) >= 2 * KUBE_GRACE_SECONDS:
-                self.kube_let_go(record)
+        self._drop_stale_holds()
         keys = [key for key, entry in self.state.ledger.entries.items()
                 if any(s.state == SLOT_RESERVED for s in entry.slots.values())]
         return sum(self.kick(key) for key in keys)
@@ -214,7 +212,7 @@ class GangBinding(GangNominations):
             return None
         nodes, busy = self.state.topology.node_by_name, self._busy()
         return frozenset(name for name, node in nodes.items() if node.gpus_free >= record.gpus
-                         and not self.fits(record, name, self.in_flight_requests.get(name, {}), busy))
+                         and not self.fits(record, name, self._others_on(name, record), busy))
 
     def bind_backlog(self) -> int:
         """Bindings started and not finished."""
@@ -253,7 +251,8 @@ class GangBinding(GangNominations):
         if record.nominated != slot.node:
             self._nominate(record, slot.node)
             return False
-        wait = self.fence.wait_seconds(record, slot.node, self.in_flight_requests.get(slot.node, {}), self._busy())
+        self.hold(record, slot.node)
+        wait = self.fence.wait_seconds(record, slot.node, self._others_on(slot.node, record), self._busy())
         if wait > 0:
             self._wake_later(member.gang_key, wait)
             return False
@@ -270,7 +269,7 @@ class GangBinding(GangNominations):
         topo_node = self.state.topology.node_by_name.get(node)
         if topo_node is None or not topo_node.schedulable:
             return f"node {node} is not schedulable"
-        return self.fits(record, node, self.in_flight_requests.get(node, {}), self._busy())
+        return self.fits(record, node, self._others_on(node, record), self._busy())
 
     # ----- the Binding -----------------------------------------------------------------------------------------
     def _start(self, record: PodRecord, entry: Reservation) -> int:
@@ -284,6 +283,7 @@ class GangBinding(GangNominations):
                                               given_from_assignment(assignment, record.name)):
             return 0
         future: Future = Future()
+        self.let_go(record.uid)  # counted as a Binding in flight from now on
         self.in_flight[record.uid] = future
         self._add_in_flight(slot.node, record, +1)
         self._submit(lambda: self._bind(record, member.gang_key, member.index, slot.node, assignment, future))
@@ -303,9 +303,17 @@ class GangBinding(GangNominations):
             for job in jobs:
                 job()
 
+    def _others_on(self, node: str, record: PodRecord) -> dict[str, Any]:
+        """`in_flight_requests` on `node` without `record`'s own share (when it is held or binding there)."""
+        counted = self.in_flight_requests.get(node, {})
+        held = self.holds.get(record.uid)
+        if (held is None or held[0] != node) and record.uid not in self.in_flight:
+            return counted
+        return {r: v - record.needs.requests.get(r, 0) for r, v in counted.items()}
+
     def _busy(self) -> set[str]:
-        """Uids whose requests `in_flight_requests` holds (this binder's Bindings, kube-scheduler's assumed members)."""
-        return self.in_flight.keys() | self.kube_assumed.keys()
+        """Uids whose requests `in_flight_requests` counts (this binder's Bindings in flight, held members)."""
+        return self.in_flight.keys() | self.holds.keys()
 
     def _add_in_flight(self, node: str, record: PodRecord, sign: int) -> None:
         used = self.in_flight_requests.setdefault(node, {})
@@ -410,9 +418,8 @@ class GangBinding(GangNominations):
 
     def forget_gone(self, known: dict) -> None:
         """Drop bookkeeping of pods no longer known (call under the lock)."""
-        for uid, (_, record) in list(self.kube_assumed.items()):
-            if uid not in known:
-                self.kube_let_go(record)
+        for uid in [u for u in self.holds if u not in known]:
+            self.let_go(uid)
         for table in (self.kube_handling, self.retry_at, self.refused, self.fence.seen, self.moved_at):
             for uid in [u for u in table if u not in known]:
                 del table[uid]

@@ -23,14 +23,14 @@ WATCH_LAG_SECONDS = 1.0
 
 class GangNominations:
     """Nomination writes and kube-scheduler's assumed members; mixed into `GangBinding` (it provides `state`, `clock`,
-    `nominator`, `kube_handling`, `kube_assumed`, `nominating`, `nominated`, `counts`, `kick`, `_submit`,
+    `nominator`, `kube_handling`, `holds`, `nominating`, `nominated`, `counts`, `kick`, `_submit`,
     `_nominations`, `_wake_later`, `_back_off` and `_add_in_flight`)."""
 
     state: Any
     clock: Callable[[], float]
     nominator: Any
     kube_handling: dict
-    kube_assumed: dict
+    holds: dict
     nominating: dict
     nominated: dict
     counts: dict
@@ -42,25 +42,49 @@ class GangNominations:
 
     def kube_assumes(self, record: PodRecord, node: str) -> None:
         """kube-scheduler was told `node` for this member: it assumes the member there and binds it through `/bind`.
-        Until that ends (`kube_let_go`), the member's requests count on `node` as a Binding in flight does, so no
-        Binding of this binder's goes into the same room."""
-        held = self.kube_assumed.pop(record.uid, None)
-        if held is not None:
-            self._add_in_flight(held[0], held[1], -1)
-        if record.needs is not None:
-            self.kube_assumed[record.uid] = (node, record)
-            self._add_in_flight(node, record, +1)
+        Until that ends (`kube_let_go`), the member is held on `node` (`hold`)."""
+        self.hold(record, node)
 
     def kube_let_go(self, record: PodRecord) -> None:
         """kube-scheduler is done with this member (bound, refused, or its `/bind` returned)."""
         self.kube_handling.pop(record.uid, None)
-        held = self.kube_assumed.pop(record.uid, None)
+        self.let_go(record.uid)
+
+    def hold(self, record: PodRecord, node: str) -> None:
+        """Count `record`'s requests on `node` from now on, as a Binding in flight is counted, until it is bound or
+        let go: a member this binder nominated there (before the watch shows it) or kube-scheduler assumed there.
+        Without it, members moved or reserved in one pass would each see the same free room."""
+        held = self.holds.get(record.uid)
+        if held is not None and held[0] == node:
+            return
+        self.let_go(record.uid)
+        if record.needs is not None:
+            self.holds[record.uid] = (node, record)
+            self._add_in_flight(node, record, +1)
+
+    def let_go(self, uid: str) -> None:
+        """Stop counting a held member (see `hold`)."""
+        held = self.holds.pop(uid, None)
         if held is not None:
             self._add_in_flight(held[0], held[1], -1)
+
+    def _drop_stale_holds(self) -> None:
+        """Let go of held members that are bound, gone, or whose slot is no longer reserved on the held node."""
+        for uid, (node, _) in list(self.holds.items()):
+            record = self.state.pods.get(uid)
+            entry = self.state.ledger.get(record.member.gang_key) if record is not None and record.member else None
+            slot = entry.slots.get(record.member.index) if entry is not None else None
+            if record is None or record.node or slot is None or slot.node != node \
+                    or slot.state not in (SLOT_RESERVED, SLOT_BINDING):
+                self.let_go(uid)
 
     def _nominate(self, record: PodRecord, node: str | None) -> None:
         """Write `node` as the pod's nomination (None: clear it) on a worker, unless that write is under way or
         was just accepted and the watch has not shown it yet."""
+        if node is not None:
+            self.hold(record, node)  # counted there now, not only once the watch shows the nomination
+        else:
+            self.let_go(record.uid)
         if record.uid in self.nominating:
             return
         written = self.nominated.get(record.uid)

@@ -77,6 +77,7 @@ def test_cpu_pods_placed_by_kube_scheduler_never_share_a_reserved_members_room(k
     pods = raw_list(kube.core, "pods")
     assert overcommitted(pods, raw_list(kube.core, "nodes")) == {}
     bound_cpu = sum(1 for p in pods if p["metadata"]["name"].startswith("cpu-") and p["spec"].get("nodeName"))
-    whole = [name for name, (bound, total) in status.items() if bound == total]
-    assert bound_cpu > 0 and whole, (bound_cpu, status)  # both kinds of pod really landed
+    assert bound_cpu > 0, status  # kube-scheduler really placed CPU pods in the same burst
+    # gangs are whole or wait whole (wait_settled); how many fit depends on who won the room: the CPU demand is 880 of
+    # 768 CPUs, and when kube-scheduler spreads the CPU pods first no node keeps 10 CPUs free for a member
     assert set(gang_status(kube.core, kube.namespace)) == {f"g{g}" for g in range(GANGS)}

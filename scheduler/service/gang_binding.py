@@ -293,8 +293,11 @@ class GangBinding(GangNominations):
         """Run `job` on `pool` (the Binding workers by default), or queue it in synchronous mode."""
         if self._pool is None:
             self._pending_sync.append(job)
-        else:
+            return
+        try:
             (pool or self._pool).submit(job)
+        except RuntimeError:  # the pools are shut down (the process is exiting): nothing more is written
+            log.debug("not submitted: the binder is shutting down")
 
     def run_pending(self) -> None:
         """Synchronous mode (tests): run the writes `kick` queued, outside the state lock."""

@@ -90,6 +90,8 @@ class GangAdmission:
         fits on everything besides GPUs (cpu, memory, pods, taints, selectors: `member_nodes`), so no member is
         reserved on a node it could never be bound to.  Members asking the same are checked once."""
         allowed, asked = offered, set()
+        if any(r.member is not None and r.member.constraint.pod_domains for r in members):
+            return offered  # Kueue pinned each member to its own node: its admission already decided where
         for record in members:
             needs = record.needs
             key = repr(needs) if needs is not None else None

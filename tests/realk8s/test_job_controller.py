@@ -361,7 +361,10 @@ def test_a_member_whose_container_fails_is_recreated_by_the_job_controller_and_r
     assert ranks_by_index(kube, "train", size) == ranks
     [failed] = now.finished  # the failed pod stays, as history, and nobody schedules it again
     assert failed.metadata.uid == uids[2]
-    assert not failed.status.nominated_node_name and REQUEUED_AT not in (failed.metadata.annotations or {})
+    # no requeue and no nomination elsewhere; a 1.26 apiserver keeps the nomination meshfit wrote before binding it
+    # (1.35 clears it at bind: ClearingNominatedNodeNameAfterBinding), which names its own node
+    assert failed.status.nominated_node_name in (None, "", failed.spec.node_name)
+    assert REQUEUED_AT not in (failed.metadata.annotations or {})
     report("container failure", kube.control_plane.install.test_id, failure_to_recreated=recreated_at - failed_at,
            recreated_to_whole=whole_at - recreated_at)
 

@@ -24,7 +24,7 @@ from scheduler.gangs.membership import gang_from_membership, identify
 from scheduler.gangs.profile import invalid_gang_key, is_meshfit_pod
 from scheduler.gangs.health import NodeFailures, mark_failed_unschedulable
 from scheduler.cache.pod_record import PodRecord, controller_of, int_or_zero
-from scheduler.gangs.rendezvous import given_from_annotations
+from scheduler.gangs.rendezvous import GivenRendezvous, given_from_annotations
 from scheduler.gangs.ledger import DEFAULT_TTL_SECONDS, ReservationLedger
 from scheduler.gangs.spares import parse_gang_spares
 from scheduler.cache.node_usage import NodeUsage
@@ -370,9 +370,9 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
             if uid is not None:
                 self._forget(self.pods[uid])
 
-    def record_binding(self, namespace: str, name: str, node: str, annotations: dict[str, str] | None = None) -> None:
+    def record_binding(self, namespace: str, name: str, node: str, given: GivenRendezvous | None = None) -> None:
         """A bind succeeded: the pod now holds its GPUs on `node` (before the watch reports it), and was
-        given the rendezvous in its bind `annotations`."""
+        given the rendezvous `given` (what its Binding's annotations state)."""
         with self.lock:
             uid = self._uid_by_name.get((namespace, name))
             if uid is None:
@@ -381,8 +381,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
             record.node = node
             self._account(record, node)
             self._nominate(record, True)
-            if record.member is not None and annotations:
-                record.given = given_from_annotations(annotations, name) or record.given
+            if record.member is not None and given is not None:
+                record.given = given
             self._hold(self.topology, record)
             self._follow_gang(record)
 

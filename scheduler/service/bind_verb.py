@@ -12,8 +12,8 @@ from typing import Any
 
 from scheduler.cache.pod_record import PodRecord
 from scheduler.gangs.ledger import SLOT_BOUND, STATUS_BOUND, Reservation
-from scheduler.gangs.rendezvous import given_from_annotations
-from scheduler.service.binding import RendezvousMissing, bind_annotations
+from scheduler.gangs.rendezvous import given_from_assignment
+from scheduler.service.binding import RendezvousMissing, bind_assignment
 
 GATE_SECONDS = 8.0
 """How long kube-scheduler's `/bind` of a member waits for its unbound gang's other members (under its 10 s timeout)."""
@@ -37,7 +37,7 @@ class BindVerb:
         blocked = self._wait_for_gang_gate(namespace, name)
         if blocked:
             return blocked
-        annotations, assumed, member = {}, False, None
+        annotations, assumed, member, given = {}, False, None, None
         with self.state.lock:
             record = self.state.pod(namespace, name)
             if record is None:
@@ -54,10 +54,11 @@ class BindVerb:
                     in_flight = True
                 else:
                     in_flight = False
-                    error = self._claim_slot(record, entry, node)
+                    error, assignment = self._claim_slot(record, entry, node)
                     if error:
                         return error
-                    annotations = bind_annotations(entry, member.index)
+                    annotations = assignment.to_annotations()
+                    given = given_from_assignment(assignment, name)
             elif record.gpus > 0 and not record.node:
                 error = self._assume_single(record, node)
                 if error:
@@ -66,14 +67,14 @@ class BindVerb:
         if member is not None and in_flight:  # meshfit's own Binding of this member is in flight: its outcome
             return self.direct.wait_for(record.uid, 30.0) or ""
         try:
-            return self._post_binding(namespace, name, uid, node, record, member, annotations, assumed)
+            return self._post_binding(namespace, name, uid, node, record, member, annotations, assumed, given)
         finally:
             if member is not None and self.direct is not None:
                 with self.state.lock:
                     self.direct.kube_let_go(record)
 
     def _post_binding(self, namespace: str, name: str, uid: str, node: str, record: PodRecord, member: Any,
-                      annotations: dict, assumed: bool) -> str:
+                      annotations: dict, assumed: bool, given: Any) -> str:
         """Post kube-scheduler's Binding with the member's annotations; "" or the error."""
         started = time.perf_counter()
         try:
@@ -89,7 +90,7 @@ class BindVerb:
                     self.state.unassume(namespace, name)
             return error
         self.observe_binding("kube-scheduler", time.perf_counter() - started, True)
-        self.state.record_binding(namespace, name, node, annotations)
+        self.state.record_binding(namespace, name, node, given)
         if member is not None:
             self._publish_if_bound(member.gang_key)
         return ""
@@ -120,25 +121,26 @@ class BindVerb:
             return None
         return "" if bound_to == node else f"pod {record.key} is already bound to node {bound_to}, not {node}"
 
-    def _claim_slot(self, record: PodRecord, entry: Reservation | None, node: str) -> str:
-        """Mark the member's slot binding for kube-scheduler's `/bind`; "" or why it cannot be bound to `node`."""
+    def _claim_slot(self, record: PodRecord, entry: Reservation | None, node: str) -> tuple[str, Any]:
+        """Mark the member's slot binding for kube-scheduler's `/bind`: ("", its `PodAssignment`), or (why it cannot
+        be bound to `node`, None)."""
         member, name = record.member, record.name
         held = entry.node_of(member.index) if entry is not None else None
         if held is None:
             return (f"pod {record.key} of gang {member.gang_key} has no reservation "
-                    f"(expired or released); it will be filtered again")
+                    f"(expired or released); it will be filtered again"), None
         if held != node:
-            return f"pod {record.key} of gang {member.gang_key} is reserved on {held}, not {node}"
+            return f"pod {record.key} of gang {member.gang_key} is reserved on {held}, not {node}", None
         if not entry.node_of(0):
             return str(RendezvousMissing(f"gang {member.gang_key}: no node is held for pod 0; not binding pod "
-                                         f"{record.key} until pod 0 is placed"))
-        annotations = bind_annotations(entry, member.index)
+                                         f"{record.key} until pod 0 is placed")), None
+        assignment = bind_assignment(entry, member.index)
         if not self.state.ledger.mark_binding(member.gang_key, member.index, name,
-                                              given_from_annotations(annotations, name)):
+                                              given_from_assignment(assignment, name)):
             return (f"pod {record.key} of gang {member.gang_key}: its slot is "
-                    f"{entry.slots[member.index].state} (by {entry.slots[member.index].pod}), not reserved")
+                    f"{entry.slots[member.index].state} (by {entry.slots[member.index].pod}), not reserved"), None
         self.lifecycle.arrived(record)
-        return ""
+        return "", assignment
 
     def _publish_if_bound(self, gang_key: str) -> None:
         """Once every pod is bound: announce it (once) and queue the rank table for the background publisher.

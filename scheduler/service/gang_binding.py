@@ -365,7 +365,8 @@ class GangBinding(GangNominations):
             else:
                 self.counts["bound"] += 1
                 self.retry_at.pop(record.uid, None)
-                self.state.record_binding(record.namespace, record.name, node, annotations)
+                self.state.record_binding(record.namespace, record.name, node,
+                                          given_from_assignment(assignment, record.name))
             if len(self.in_flight) == DRAINED_AT:
                 self.hooks.on_drained()
         future.set_result(error)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable
 
+from tests.realk8s.overcommit import node_resources, pod_resources
 from tests.soak import kubeio
 from tests.soak.timeline import Timeline
 from tests.soak.workload import declared_size, gang_of
@@ -217,8 +218,8 @@ class PodInvariants:
         capacity, allocatable = {}, {}
         for node in nodes:
             name = node["metadata"]["name"]
-            capacity[name] = kubeio.node_resources(node, "capacity")
-            allocatable[name] = kubeio.node_resources(node, "allocatable")
+            capacity[name] = node_resources(node, "capacity")
+            allocatable[name] = node_resources(node, "allocatable")
             known = self._allocatable.get(name)
             if known is None or known[0] != allocatable[name]:
                 self._allocatable[name] = (allocatable[name], now)
@@ -229,7 +230,7 @@ class PodInvariants:
         for node, on_node in used.items():
             if node not in capacity:
                 continue
-            takes = [(p, kubeio.pod_resources(p)) for p in on_node]
+            takes = [(p, pod_resources(p)) for p in on_node]
             total: dict[str, Decimal] = defaultdict(Decimal)
             for _, resources in takes:
                 for resource, value in resources.items():

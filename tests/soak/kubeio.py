@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.realk8s.overcommit import node_resources, pod_resources  # noqa: F401 - the soak's readers
 
 GPU = "nvidia.com/gpu"
 

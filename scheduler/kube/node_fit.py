@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any, Callable, Container, Iterable, Mapping
 
 from kubernetes.utils import parse_quantity
@@ -43,6 +44,19 @@ class PodNeeds:
 
 
 def _quantity(value: Any) -> Decimal:
+    if isinstance(value, (str, int)):
+        return _parsed_quantity(value)
+    return _parse_quantity(value)
+
+
+@lru_cache(maxsize=4096)
+def _parsed_quantity(value: str | int) -> Decimal:
+    """`_parse_quantity` remembered: a cluster has few distinct quantity strings ("16", "64Gi", "8"), and the fit
+    checks parse every node's allocatable for every member and node they look at (thousands per placement)."""
+    return _parse_quantity(value)
+
+
+def _parse_quantity(value: Any) -> Decimal:
     try:
         return Decimal(parse_quantity(value))
     except (ValueError, TypeError, ArithmeticError):

@@ -78,7 +78,7 @@ def kube_direct_binding(state: Any, binder: Any, fence_seconds: float, workers: 
     nominations written through the binder's API client."""
     from scheduler.kube.binder import KubeNominator
     from scheduler.kube.node_fit import state_collision_check, state_fit_check
-    from scheduler.service.gang_binding import DirectBinding
+    from scheduler.service.binding_wiring import DirectBinding
 
     return DirectBinding(state_fit_check(state), state_collision_check(state), KubeNominator(binder.api_client),
                          fence_seconds, workers)

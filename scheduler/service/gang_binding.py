@@ -30,14 +30,14 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from scheduler.cache.pod_record import PodRecord
 from scheduler.gangs.ledger import SLOT_BINDING, SLOT_RESERVED, Reservation
 from scheduler.gangs.rendezvous import given_from_assignment
-from scheduler.service.bind_fence import DEFAULT_FENCE_SECONDS, NominationFence
-from scheduler.service.binding import BindConflict, Binder, Nominator, RendezvousMissing, bind_assignment
+from scheduler.service.bind_fence import NominationFence
+from scheduler.service.binding_wiring import BindingHooks, DirectBinding
+from scheduler.service.binding import BindConflict, Binder, RendezvousMissing, bind_assignment
 from scheduler.service.gang_nominations import GangNominations
 from scheduler.service.waker import Waker
 
@@ -54,43 +54,10 @@ MISSING_GRACE_SECONDS = 3.0
 within it; a member created later than that binds into the slot held for it)."""
 MOVE_SETTLE_SECONDS = 1.0
 """A member moved off a node whose room was taken is not moved again sooner (its new nomination must land first)."""
-DEFAULT_WORKERS = 16
 NOMINATION_WORKERS = 8
 """Nominations are written on workers of their own: never queued behind Bindings (they gate them)."""
 DRAINED_AT = 16
 """Bindings in flight at which the queue is asked to admit more gangs."""
-
-
-@dataclass(frozen=True)
-class DirectBinding:
-    """What meshfit binds members with: the node-fit check, the fence's race test, the nominator, the fence's
-    limit and the worker count (`scheduler.kube.node_fit.state_fit_check` / `state_collision_check` and
-    `scheduler.kube.binder.KubeNominator` in Kubernetes mode)."""
-
-    fits: Callable[..., str]
-    collides: Callable[..., bool]
-    nominator: Nominator
-    fence_seconds: float = DEFAULT_FENCE_SECONDS
-    workers: int = DEFAULT_WORKERS
-
-
-@dataclass(frozen=True)
-class BindingHooks:
-    """What the direct binder tells and asks the rest of the service."""
-
-    on_bound: Callable[[str], None]
-    """A member of this gang was bound (publish the rank table when whole)."""
-    rolling_back: Callable[[str], bool]
-    """Whether a gang is being rolled back (no member of it may bind)."""
-    scheduler_names: Callable[[], frozenset[str]]
-    """meshfit's kube-scheduler profile names."""
-    on_drained: Callable[[], None]
-    """Called under the state lock when the Bindings in flight fall to `DRAINED_AT` (the queue may admit more)."""
-    observe: Callable[[float, bool], None]
-    """Called with (seconds, succeeded) after each Binding call."""
-    re_place: Callable[[PodRecord, str], bool]
-    """A member no longer fits its reserved node (the reason given): move its slot to a node where it fits near its
-    peers, or release its gang whole while nothing of it is bound; True when either was done (under the lock)."""
 
 
 class GangBinding(GangNominations):

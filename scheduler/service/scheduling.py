@@ -35,7 +35,8 @@ from scheduler.gangs.reserve_ops import place_and_reserve, reserve_remaining
 from scheduler.service.actions import ActionDispatcher, ClusterActions, MemoryActions
 from scheduler.service.binding import Binder, RankTablePublisher
 from scheduler.service.bind_verb import UNKNOWN_NODE_REASON, BindVerb
-from scheduler.service.gang_binding import BindingHooks, DirectBinding, GangBinding
+from scheduler.service.binding_wiring import BindingHooks, DirectBinding
+from scheduler.service.gang_binding import GangBinding
 from scheduler.service.gang_lifecycle import DEFAULT_COMPLETION_TIMEOUT, GangLifecycle
 from scheduler.service.elastic import ElasticGangs
 from scheduler.service.preemption_flow import PreemptionFlow

@@ -27,7 +27,7 @@ def memory_direct_binding(state: ClusterState, fence_seconds: float = 2.0, worke
     """The direct binder's parts as Kubernetes mode wires them, with nominations applied to `state` in memory."""
     from scheduler.kube.node_fit import state_collision_check, state_fit_check
     from scheduler.service.binder_memory import MemoryNominator
-    from scheduler.service.gang_binding import DirectBinding
+    from scheduler.service.binding_wiring import DirectBinding
 
     return DirectBinding(state_fit_check(state), state_collision_check(state), MemoryNominator(state),
                          fence_seconds, workers)

@@ -1,0 +1,45 @@
+"""What the direct binder (`scheduler.service.gang_binding.GangBinding`) is wired with: its parts and its hooks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from scheduler.cache.pod_record import PodRecord
+from scheduler.service.bind_fence import DEFAULT_FENCE_SECONDS
+from scheduler.service.binding import Nominator
+
+DEFAULT_WORKERS = 16
+"""Binding workers: Bindings posted at once."""
+
+
+@dataclass(frozen=True)
+class DirectBinding:
+    """What meshfit binds members with: the node-fit check, the fence's race test, the nominator, the fence's
+    limit and the worker count (`scheduler.kube.node_fit.state_fit_check` / `state_collision_check` and
+    `scheduler.kube.binder.KubeNominator` in Kubernetes mode)."""
+
+    fits: Callable[..., str]
+    collides: Callable[..., bool]
+    nominator: Nominator
+    fence_seconds: float = DEFAULT_FENCE_SECONDS
+    workers: int = DEFAULT_WORKERS
+
+
+@dataclass(frozen=True)
+class BindingHooks:
+    """What the direct binder tells and asks the rest of the service."""
+
+    on_bound: Callable[[str], None]
+    """A member of this gang was bound (publish the rank table when whole)."""
+    rolling_back: Callable[[str], bool]
+    """Whether a gang is being rolled back (no member of it may bind)."""
+    scheduler_names: Callable[[], frozenset[str]]
+    """meshfit's kube-scheduler profile names."""
+    on_drained: Callable[[], None]
+    """Called under the state lock when the Bindings in flight fall to `DRAINED_AT` (the queue may admit more)."""
+    observe: Callable[[float, bool], None]
+    """Called with (seconds, succeeded) after each Binding call."""
+    re_place: Callable[[PodRecord, str], bool]
+    """A member no longer fits its reserved node (the reason given): move its slot to a node where it fits near its
+    peers, or release its gang whole while nothing of it is bound; True when either was done (under the lock)."""

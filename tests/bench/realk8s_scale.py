@@ -2,6 +2,7 @@
 
     python tests/bench/realk8s_scale.py --nodes 1000 [--nodes 5000] [--qps default --qps 200]
         [--demand 0.6] [--max-pods 64] [--seed 0] [--versions 1.26,1.35] [--cpu-pods 0.5] [--json out.json]
+        [--meshfit-during-burst]
 
 For every Kubernetes version whose binaries are found (`tests.realk8s.binaries`) and every node count: one
 etcd + kube-apiserver, N fake 8-GPU Nodes created in bulk (Topograph spine/leaf labels, no kubelet).  For
@@ -34,7 +35,6 @@ import statistics
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,14 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kubernetes import config as kube_config, watch  # noqa: E402
 from kubernetes.client import CoreV1Api  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from tests.realk8s.binaries import find_installs, missing_reason  # noqa: E402
 from tests.realk8s.cluster_builders import bound_gpus, create_nodes, gang_pod_body, gang_status  # noqa: E402
 from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, free_port  # noqa: E402
 from tests.realk8s.scenario import GangShape  # noqa: E402
+from tests.bench.scale_readings import (api_writes, count_bound, diff, meshfit_histograms, nodes_total,  # noqa: E402
+                                        overcommitted, rate, reserved_times, waiting_reason)
 
-WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE", "DELETECOLLECTION")
 MANIFEST_CONFIG = Path(__file__).resolve().parents[2] / "manifests" / "kube-scheduler-config.yaml"
 
 
@@ -137,28 +137,8 @@ def create_nodes_bulk(core: CoreV1Api, count: int, cpu: str = "64", memory: str 
                                                  cpu=cpu, memory=memory), range(0, count, chunk)))
 
 
-def api_writes(plane: ControlPlane) -> dict[str, float]:
-    """`verb resource[/subresource]` -> requests so far, writes only, from the API server's /metrics."""
-    request = urllib.request.Request(f"{plane.server}/metrics", headers={"Authorization": f"Bearer {plane.admin_token}"})
-    with urllib.request.urlopen(request, context=plane.ssl_context(), timeout=30) as response:
-        text = response.read().decode()
-    counts: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != "apiserver_request":
-            continue
-        for sample in family.samples:
-            labels = sample.labels
-            if not sample.name.endswith("_total") or labels.get("verb") not in WRITE_VERBS:
-                continue
-            what = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
-            key = f"{labels['verb']} {what}"
-            counts[key] = counts.get(key, 0.0) + sample.value
-    return counts
 
 
-def diff(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
-    """Per-key increase."""
-    return {k: int(v - before.get(k, 0.0)) for k, v in sorted(after.items()) if v - before.get(k, 0.0) > 0}
 
 
 def wait_quiet(watcher: BindWatch, quiet: float, timeout: float) -> None:
@@ -175,60 +155,14 @@ def wait_quiet(watcher: BindWatch, quiet: float, timeout: float) -> None:
         time.sleep(0.25)
 
 
-def rate(bound_at) -> dict:
-    """Pods/s between the first and last bind, and to 90% of the pods bound."""
-    times = sorted(bound_at)
-    if len(times) < 2:
-        return {"pods_per_second": None, "pods_per_second_to_90pct": None, "seconds": 0.0}
-    span, k = times[-1] - times[0], int(0.9 * (len(times) - 1))
-    span90 = times[k] - times[0]
-    return {"seconds": round(span, 2), "pods_per_second": round((len(times) - 1) / span, 1) if span else None,
-            "pods_per_second_to_90pct": round(k / span90, 1) if span90 else None}
 
 
-def count_bound(core: CoreV1Api, namespace: str) -> int:
-    """Pods of `namespace` bound to a node, from a paginated list (500 a page)."""
-    bound, token = 0, None
-    while True:
-        page = core.list_namespaced_pod(namespace, limit=500, _continue=token)
-        bound += sum(1 for p in page.items if p.spec.node_name)
-        token = page.metadata._continue
-        if not token:
-            return bound
 
 
-def waiting_reason(core: CoreV1Api, namespace: str, prefix: str) -> str:
-    """The PodScheduled message of the first pending pod named `prefix`* ("" when none is pending)."""
-    for pod in core.list_namespaced_pod(namespace, field_selector="spec.nodeName=").items:
-        if pod.metadata.name.startswith(prefix):
-            condition = next((c for c in pod.status.conditions or () if c.type == "PodScheduled"), None)
-            return (condition.message or "")[:300] if condition else "no PodScheduled condition"
-    return ""
 
 
-def nodes_total(core: CoreV1Api) -> int:
-    """How many Nodes exist (paginated list)."""
-    total, token = 0, None
-    while True:
-        page = core.list_node(limit=500, _continue=token)
-        total += len(page.items)
-        token = page.metadata._continue
-        if not token:
-            return total
 
 
-def overcommitted(core: CoreV1Api) -> dict[str, int]:
-    """Resource -> nodes whose bound, unfinished pods request more of it than the node's allocatable."""
-    from tests.realk8s.overcommit import overcommitted as over, raw_list
-
-    counts: dict[str, int] = {}
-    found = over(raw_list(core, "pods"), raw_list(core, "nodes"))
-    for node, resources in found.items():
-        for resource in resources:
-            counts[resource] = counts.get(resource, 0) + 1
-    for node, resources in list(found.items())[:3]:  # the story of a few, for whoever reads the run
-        print(f"# over-committed {node}: {resources}", file=sys.stderr)
-    return counts
 
 
 def namespace(core: CoreV1Api, name: str) -> str:
@@ -267,56 +201,29 @@ def run_scheduler(plane: ControlPlane, config: dict, name: str) -> ManagedProces
                                  f"--secure-port={free_port()}", "--v=1"], plane.logs / f"{name}.log").start()
 
 
-def reserved_times(log: Path) -> dict[str, float]:
-    """Gang name -> wall-clock time of its last "reserved" decision in meshfit's JSON log."""
-    from datetime import datetime
-
-    times: dict[str, float] = {}
-    for line in log.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("decision") == "reserved" and "gang" in record:
-            times[record["gang"].split("/", 1)[1]] = datetime.fromisoformat(
-                record["time"].replace("Z", "+00:00")).timestamp()
-    return times
 
 
-def meshfit_histograms(url: str) -> dict:
-    """meshfit's /bind verb and own-Binding latency: count and mean seconds."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    found: dict = {}
-    for family in text_string_to_metric_families(text):
-        if family.name not in ("meshfit_request_seconds", "meshfit_binding_seconds"):
-            continue
-        sums: dict = {}
-        for sample in family.samples:
-            key = sample.labels.get("verb") or sample.labels.get("by")
-            if family.name == "meshfit_request_seconds" and key != "bind":
-                continue
-            if sample.name.endswith("_count") or sample.name.endswith("_sum"):
-                sums.setdefault(key, {})[sample.name.rsplit("_", 1)[1]] = sample.value
-        for key, values in sums.items():
-            if values.get("count"):
-                found[f"{family.name}[{key}]"] = {"count": int(values["count"]),
-                                                  "mean_ms": round(1000 * values["sum"] / values["count"], 1)}
-    return found
 
 
 def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: float | None, tag: str,
-              with_meshfit: bool, settle: float, extra_args: tuple = (), cpu_pods: float = 0.0) -> dict:
-    """One burst in a fresh namespace, scheduled alone or through meshfit; the numbers of that run."""
+              with_meshfit: bool, settle: float, extra_args: tuple = (), cpu_pods: float = 0.0,
+              meshfit_first: bool = False) -> dict:
+    """One burst in a fresh namespace, scheduled alone or through meshfit; the numbers of that run.  With
+    `meshfit_first`, meshfit runs while the burst is created (kube-scheduler still starts after it)."""
     ns = namespace(core, f"{tag}-{'meshfit' if with_meshfit else 'alone'}")
     watcher = BindWatch(core, ns)
-    created = create_burst(core, ns, shapes, seed, cpu_pods)  # queued before anything schedules: both runs start alike
-    before = api_writes(plane)
-    meshfit = None
+    meshfit, before = None, api_writes(plane)
     if with_meshfit:
         log = plane.logs / f"meshfit-{ns}.log"
         meshfit = MeshfitProcess(plane.kubeconfig, log, ["--log-format", "json", "--grpc-port", "0", *extra_args],
-                                 ready_timeout=300).start()
+                                 ready_timeout=300)
+        if meshfit_first:
+            meshfit.start()
+    created = create_burst(core, ns, shapes, seed, cpu_pods)  # queued before kube-scheduler starts: runs start alike
+    if not meshfit_first:
+        before = api_writes(plane)
+        if meshfit is not None:
+            meshfit.start()
     scheduler = run_scheduler(plane, scheduler_config(plane, qps, meshfit.url if meshfit else None), f"ks-{ns}")
     wait_quiet(watcher, settle, 1800)
     if not scheduler.alive():
@@ -376,7 +283,8 @@ def run_version(install, nodes: int, qps_settings: list[float | None], args) -> 
             row["alone"] = one_phase(plane, core, shapes, args.seed, qps, tag, False, args.settle,
                                      cpu_pods=args.cpu_pods)
             row["meshfit"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle,
-                                       tuple(args.meshfit_arg or ()), cpu_pods=args.cpu_pods)
+                                       tuple(args.meshfit_arg or ()), cpu_pods=args.cpu_pods,
+                                       meshfit_first=args.meshfit_during_burst)
             for key in ("pods_per_second", "pods_per_second_to_90pct", "writes_per_bound_pod"):
                 a, m = row["alone"].get(key), row["meshfit"].get(key)
                 row[f"ratio_{key}"] = round(m / a, 2) if a and m else None
@@ -400,6 +308,8 @@ def main() -> None:
     parser.add_argument("--meshfit-arg", action="append", help="extra `meshfit serve` argument (repeat)")
     parser.add_argument("--cpu-pods", type=float, default=0.0,
                         help="CPU-only default-scheduler pods per gang pod (members then ask CPU and memory too)")
+    parser.add_argument("--meshfit-during-burst", action="store_true",
+                        help="start meshfit before the burst is created (the bench before 2026-11-25 did)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     installs, problems = find_installs()

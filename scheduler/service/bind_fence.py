@@ -10,7 +10,8 @@ assumed on the node with its Binding still on the way.  The fence closes that wi
   was seen was created after it, and kube-scheduler's informer (same order) had the nomination before it.
 - So the pods that can still race the member on node X are the pods kube-scheduler binds without meshfit (no
   gang, no GPUs: `ClusterState.pending_outside`), unbound, that *collide* with the member on X (each fits there
-  alone, not both), and either were first seen before the nomination and have not changed since (a cycle of
+  alone, not both, as kube-scheduler sees X for that pod: bound pods, the pods it assumed there itself, and the
+  nominations it honours for that pod's priority -- never meshfit's own holds or Bindings in flight), and either were first seen before the nomination and have not changed since (a cycle of
   theirs may be in flight), or have a higher priority (kube-scheduler ignores a lower-priority nomination).
 - While any such pod exists, the member waits; a pod bound (anywhere), deleted, or rewritten by kube-scheduler
   since (its cycle ended without a Binding) no longer holds it.  After `limit_seconds` the member is bound anyway:

@@ -219,7 +219,8 @@ class GangBinding(GangNominations):
             self._nominate(record, slot.node)
             return False
         self.hold(record, slot.node)
-        wait = self.fence.wait_seconds(record, slot.node, self._others_on(slot.node, record), self._busy())
+        assumed = self._kube_assumed(slot.node, record)
+        wait = self.fence.wait_seconds(record, slot.node, self._requests_of(assumed), set(assumed))
         if wait > 0:
             self._wake_later(member.gang_key, wait)
             return False

@@ -68,6 +68,23 @@ class GangNominations:
         if held is not None:
             self._add_in_flight(held[0], held[1], -1)
 
+    def _kube_assumed(self, node: str, record: PodRecord) -> dict[str, PodRecord]:
+        """Members other than `record` that kube-scheduler itself assumed on `node` (told their node at `/filter`):
+        what its cache counts there for every pod, whatever the priorities.  The fence sees the node as
+        kube-scheduler does: these, bound pods and nominations it honours -- not meshfit's own holds and Bindings
+        in flight, which kube-scheduler cannot see yet, nor nominations of a lower priority than the pod it places."""
+        return {uid: held for uid, (where, held) in self.holds.items()
+                if where == node and uid != record.uid and uid in self.kube_handling}
+
+    @staticmethod
+    def _requests_of(records: dict[str, PodRecord]) -> dict[str, Any]:
+        """The summed requests of `records`."""
+        total: dict[str, Any] = {}
+        for held in records.values():
+            for resource, value in held.needs.requests.items():
+                total[resource] = total.get(resource, 0) + value
+        return total
+
     def _drop_stale_holds(self) -> None:
         """Let go of held members that are bound, gone, or whose slot is no longer reserved on the held node."""
         for uid, (node, _) in list(self.holds.items()):

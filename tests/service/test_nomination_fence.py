@@ -190,3 +190,25 @@ def test_a_gang_whose_pods_are_still_being_created_waits_a_moment_then_binds_the
     watch(service, [pods[3]])
     service.scheduler.run_direct_binds()  # synchronous mode: the writes the watch's kick queued
     assert sorted(service.binder.calls) == ["g-1", "g-2", "g-3"]
+
+
+def test_a_higher_priority_pod_sees_the_node_as_kube_scheduler_does_not_as_meshfits_holds_count_it():
+    """Found by the 30-minute soak: a CPU pod of higher priority fitted beside the bound pods and the member kube-scheduler
+    had assumed, but not beside meshfit's own (lower-priority) holds as well -- so the fence saw no race, bound two
+    members, and kube-scheduler, which ignores lower-priority nominations, bound the CPU pod into the same room."""
+    nodes = fit_nodes(1, 1, **{"n-0-0": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "16", "memory": "64Gi",
+                                                          "pods": "110"}}})
+    service = direct_service(nodes)
+    pods = members("g", 3, gpus=1)
+    for pod in pods:
+        pod["spec"]["containers"][0]["resources"]["requests"].update({"cpu": "2", "memory": "1Gi"})
+    urgent = cpu_pod("urgent", priority=1000)
+    urgent["spec"]["containers"][0]["resources"]["requests"].update({"cpu": "5", "memory": "1Gi"})
+    watch(service, [cpu_pod("filler", node="n-0-0"), urgent, *pods])  # 8 of 16 CPUs bound; urgent pending
+    assert filter_nodes(service.filter(pods[0])) == ["n-0-0"]  # kube-scheduler assumes g-0: 10 of 16 in its view
+    assert service.binder.calls == []  # urgent (5) fits its view now but not beside g-1: the member waits
+    assert service.scheduler.direct.fence.counts["waited"] >= 1
+    watch(service, [{**urgent, "spec": {**urgent["spec"], "nodeName": "n-0-0"}}])  # it landed there: 13 of 16
+    service.scheduler.tick()
+    assert service.binder.calls == []  # room for one more 2-CPU member, not two: nothing of the gang is bound
+    assert service.state.ledger.get("default/g") is None  # released whole, placed afresh when room appears

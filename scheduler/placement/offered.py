@@ -11,11 +11,12 @@ updates of ~1 us each, only when something is actually masked), and always unmas
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from topology.model import ClusterTopology
 
 MASK_PREFIX = "mask:"
+CAP_PREFIX = "cap:"
 
 
 @contextlib.contextmanager
@@ -33,4 +34,22 @@ def offered_only(topo: ClusterTopology, offered: frozenset[str] | None) -> Itera
         yield len(masked)
     finally:
         for key in masked:
+            topo.remove_pod(key)
+
+
+@contextlib.contextmanager
+def gpus_capped(topo: ClusterTopology, caps: Mapping[str, int]) -> Iterator[int]:
+    """Within the block, each node named in `caps` offers at most that many free GPUs (the rest held under a
+    temporary key, as `offered_only` masks); yields how many nodes were capped."""
+    capped: list[str] = []
+    for name, cap in caps.items():
+        node = topo.node_by_name.get(name)
+        if node is not None and node.gpus_free > cap:
+            key = CAP_PREFIX + name
+            topo.add_pod(key, name, node.gpus_free - cap)
+            capped.append(key)
+    try:
+        yield len(capped)
+    finally:
+        for key in capped:
             topo.remove_pod(key)

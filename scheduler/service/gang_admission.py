@@ -16,7 +16,7 @@ from scheduler.gangs.ledger import Reservation
 from scheduler.gangs.membership import gang_from_membership
 from scheduler.gangs.queue import delays_head, since_text
 from scheduler.gangs.reserve_ops import shortfall_reason
-from scheduler.placement.offered import offered_only
+from scheduler.placement.offered import gpus_capped, offered_only
 from scheduler.placement.result import Placement
 
 UNASKED_AFTER_SECONDS = 3.0
@@ -88,20 +88,29 @@ class GangAdmission:
     def allowed_nodes(self, members: list[PodRecord], offered: frozenset[str] | None) -> frozenset[str] | None:
         """The nodes a gang may be placed on: those offered (None: any) where each of its pending `members` also
         fits on everything besides GPUs (cpu, memory, pods, taints, selectors: `member_nodes`), so no member is
-        reserved on a node it could never be bound to.  Members asking the same are checked once."""
-        allowed, asked = offered, set()
+        reserved on a node it could never be bound to."""
+        return self.member_room(members, offered)[0]
+
+    def member_room(self, members: list[PodRecord], offered: frozenset[str] | None
+                    ) -> tuple[frozenset[str] | None, dict[str, int]]:
+        """`allowed_nodes`, and node -> the most GPUs the gang's members can take there together (each member's
+        other requests counted once per member placed; `member_nodes`).  Members asking the same are checked once."""
+        allowed, caps, asked = offered, {}, set()
         if any(r.member is not None and r.member.constraint.pod_domains for r in members):
-            return offered  # Kueue pinned each member to its own node: its admission already decided where
+            return offered, caps  # Kueue pinned each member to its own node: its admission already decided where
         for record in members:
             needs = record.needs
             key = repr(needs) if needs is not None else None
             if key is None or key in asked:
                 continue
             asked.add(key)
-            fitting = self.member_nodes(record)
-            if fitting is not None:
-                allowed = fitting if allowed is None else allowed & fitting
-        return allowed
+            room = self.member_nodes(record)
+            if room is None:
+                continue
+            allowed = frozenset(room) if allowed is None else allowed & frozenset(room)
+            for name, gpus in room.items():
+                caps[name] = min(gpus, caps.get(name, gpus))
+        return allowed, caps
 
     def _unfit_note(self, gang: Any, offered: frozenset[str] | None, allowed: frozenset[str] | None) -> str:
         """"; N node(s) with free GPUs ..." when nodes with room for a member's GPUs were left out because the member
@@ -119,8 +128,8 @@ class GangAdmission:
         topo, ledger, key = self.state.topology, self.state.ledger, gang.key
         if self.is_rolling_back(key):
             return None, f"gang {key} is being rolled back; it is placed afresh once its evicted members are gone"
-        allowed = self.allowed_nodes(list(pending), offered)
-        with offered_only(topo, allowed):
+        allowed, caps = self.member_room(list(pending), offered)
+        with offered_only(topo, allowed), gpus_capped(topo, caps):
             placement = self.place_gang(gang, topo, self.policy)
         head = self.queue.head_before(key, priority, topo)
         if placement.placed and (head is None or not delays_head(topo, head, usage_of(placement, topo))):

@@ -83,6 +83,9 @@ class GangBinding(GangNominations):
         """Pod uid -> (node, when) of the last nomination this binder wrote and the API server accepted."""
         self.kube_handling: dict[str, float] = {}
         """Pod uid -> when kube-scheduler was last told this member's node (it is binding it itself)."""
+        self.kube_told: dict[str, str] = {}
+        """Pod uid -> the node kube-scheduler was told at `/filter` for this member (it assumed it there; its `/bind`
+        follows)."""
         self.holds: dict[str, tuple[str, PodRecord]] = {}
         """Pod uid -> (node, record) of members counted on a node before the API shows them there: nominated by this
         binder, or assumed by kube-scheduler (`hold`)."""
@@ -143,9 +146,9 @@ class GangBinding(GangNominations):
         """True for a pending member this binder will bind once it is ready (it holds its unbound gang back)."""
         member = record.member
         refused_for_fit = self.refused.get(record.uid, "").startswith(FIT_PREFIXES)
+        kube_binds_it = record.uid in self.kube_told  # kube-scheduler was told its node: its /bind follows
         if record.node or record.terminating or member is None or record.uid in self.in_flight \
-                or (self.leaves_to_kube(record) and not refused_for_fit) \
-                or self.clock() - self.kube_handling.get(record.uid, -1e18) < KUBE_GRACE_SECONDS:
+                or (self.leaves_to_kube(record) and not refused_for_fit) or kube_binds_it:
             return False
         slot = entry.slots.get(member.index)
         return slot is not None and slot.state == SLOT_RESERVED
@@ -172,14 +175,31 @@ class GangBinding(GangNominations):
         needs = record.needs
         return needs is None or bool(getattr(needs, "direct_bind_blocker", "")) or record.uid in self.refused
 
-    def member_nodes(self, record: PodRecord) -> frozenset[str] | None:
-        """Nodes where `record` passes kube-scheduler's node-local filters on everything (GPUs counted as bound and
-        in flight, nominated pods of no lower priority included); None when its needs are unknown."""
+    def member_nodes(self, record: PodRecord) -> dict[str, int] | None:
+        """Node -> GPUs that members asking what `record` asks can use there: as many members as pass
+        kube-scheduler's node-local filters on everything together (GPUs counted as bound and in flight, nominated
+        pods of no lower priority included), times its GPUs; only nodes where one fits.  None when its needs are
+        unknown.  Two 4-GPU members on one 8-GPU node need their CPU and memory twice: a node with room for one
+        member's CPU offers 4 GPUs, not 8."""
         if record.needs is None or getattr(record.needs, "direct_bind_blocker", ""):
             return None
-        nodes, busy = self.state.topology.node_by_name, self._busy()
-        return frozenset(name for name, node in nodes.items() if node.gpus_free >= record.gpus
-                         and not self.fits(record, name, self._others_on(name, record), busy))
+        nodes, busy, room = self.state.topology.node_by_name, self._busy(), {}
+        for name, node in nodes.items():
+            if node.gpus_free < record.gpus:
+                continue
+            others = self._others_on(name, record)
+            if self.fits(record, name, others, busy):
+                continue
+            copies, most = 1, node.gpus_free // record.gpus if record.gpus else 1
+            while copies < most:
+                more = dict(others)
+                for resource, value in record.needs.requests.items():
+                    more[resource] = more.get(resource, 0) + copies * value
+                if self.fits(record, name, more, busy):
+                    break
+                copies += 1
+            room[name] = copies * record.gpus if record.gpus else node.gpus_free
+        return room
 
     def bind_backlog(self) -> int:
         """Bindings started and not finished."""

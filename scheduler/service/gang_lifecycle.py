@@ -36,7 +36,7 @@ from scheduler.gangs.lifecycle import GangStateMachine, phase_of
 from scheduler.gangs.queue import GangQueue
 from scheduler.placement.result import Placement
 from scheduler.gangs.ledger import SLOT_RELEASED, SLOT_RESERVED, Reservation, reservation_key
-from scheduler.placement.offered import offered_only
+from scheduler.placement.offered import gpus_capped, offered_only
 from scheduler.gangs.reserve_ops import reserve_remaining
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, ActionDispatcher, PodRef
 from scheduler.cache.pod_record import PodRecord
@@ -102,15 +102,16 @@ class GangLifecycle(GangAdmission):
         self.leaves_to_kube: Callable[[PodRecord], bool] = lambda record: True
         """Whether kube-scheduler must bind this member (so a parked one needs a requeue); False for members
         meshfit binds itself (`scheduler.service.gang_binding`)."""
-        self.member_nodes: Callable[[PodRecord], frozenset[str] | None] = lambda record: None
-        """Nodes where a member fits on everything besides GPUs (None: not known, any node); see `allowed_nodes`."""
+        self.member_nodes: Callable[[PodRecord], dict[str, int] | None] = lambda record: None
+        """Node -> GPUs members like this one can take there besides their other requests (None: not known, any
+        node); see `member_room`."""
         self.wired: dict[str, tuple[str, str]] = {}
         """Pod uid -> (kind, text) of the refusal kube-scheduler was last given (see `wire_reason`)."""
         self.told_gang: dict[str, str] = {}
         """Gang key -> the waiting reason last recorded as an Event (one Event per gang per change)."""
 
     def use_direct_binder(self, leaves_to_kube: Callable[[PodRecord], bool], bind_backlog: Callable[[], int],
-                          member_nodes: Callable[[PodRecord], frozenset[str] | None]) -> None:
+                          member_nodes: Callable[[PodRecord], dict[str, int] | None]) -> None:
         """Members are nominated and bound by meshfit's direct binder: which ones it leaves to kube-scheduler, how
         many Bindings it has in flight, and on which nodes a member fits besides its GPUs."""
         self.leaves_to_kube, self.bind_backlog, self.member_nodes = leaves_to_kube, bind_backlog, member_nodes
@@ -320,7 +321,8 @@ class GangLifecycle(GangAdmission):
             for slot in bad:
                 topo.remove_pod(reservation_key(key, slot.index))
                 slot.state = SLOT_RELEASED
-            with offered_only(topo, self.allowed_nodes(self._pending_members(key), None)):
+            allowed, caps = self.member_room(self._pending_members(key), None)
+            with offered_only(topo, allowed), gpus_capped(topo, caps):
                 placement, reason = reserve_remaining(self.state.ledger, entry, topo, self.policy)
             if placement is not None:
                 self.reserved(entry, None, "members moved off unusable nodes" if bad else "missing members re-held")

@@ -23,13 +23,14 @@ WATCH_LAG_SECONDS = 1.0
 
 class GangNominations:
     """Nomination writes and kube-scheduler's assumed members; mixed into `GangBinding` (it provides `state`, `clock`,
-    `nominator`, `kube_handling`, `holds`, `nominating`, `nominated`, `counts`, `kick`, `_submit`,
+    `nominator`, `kube_handling`, `kube_told`, `holds`, `nominating`, `nominated`, `counts`, `kick`, `_submit`,
     `_nominations`, `_wake_later`, `_back_off` and `_add_in_flight`)."""
 
     state: Any
     clock: Callable[[], float]
     nominator: Any
     kube_handling: dict
+    kube_told: dict
     holds: dict
     nominating: dict
     nominated: dict
@@ -44,10 +45,12 @@ class GangNominations:
         """kube-scheduler was told `node` for this member: it assumes the member there and binds it through `/bind`.
         Until that ends (`kube_let_go`), the member is held on `node` (`hold`)."""
         self.hold(record, node)
+        self.kube_told[record.uid] = node
 
     def kube_let_go(self, record: PodRecord) -> None:
         """kube-scheduler is done with this member (bound, refused, or its `/bind` returned)."""
         self.kube_handling.pop(record.uid, None)
+        self.kube_told.pop(record.uid, None)
         self.let_go(record.uid)
 
     def hold(self, record: PodRecord, node: str) -> None:
@@ -65,6 +68,7 @@ class GangNominations:
     def let_go(self, uid: str) -> None:
         """Stop counting a held member (see `hold`)."""
         held = self.holds.pop(uid, None)
+        self.kube_told.pop(uid, None)
         if held is not None:
             self._add_in_flight(held[0], held[1], -1)
 
@@ -74,7 +78,7 @@ class GangNominations:
         kube-scheduler does: these, bound pods and nominations it honours -- not meshfit's own holds and Bindings
         in flight, which kube-scheduler cannot see yet, nor nominations of a lower priority than the pod it places."""
         return {uid: held for uid, (where, held) in self.holds.items()
-                if where == node and uid != record.uid and uid in self.kube_handling}
+                if where == node and uid != record.uid and self.kube_told.get(uid) == node}
 
     @staticmethod
     def _requests_of(records: dict[str, PodRecord]) -> dict[str, Any]:

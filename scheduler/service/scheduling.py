@@ -116,7 +116,7 @@ class GangScheduler(BindVerb):
         slot = entry.slots.get(record.member.index)
         if slot is None or slot.state != SLOT_RESERVED:
             return False
-        allowed = self.direct.member_nodes(record) or frozenset()
+        allowed = frozenset(self.direct.member_nodes(record) or ())
         if allowed and not self._move_to_offered(record, entry, allowed, why=reason):
             return True
         if entry.has_bound():

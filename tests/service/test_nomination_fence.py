@@ -159,20 +159,24 @@ def test_the_typed_assignment_states_the_same_rendezvous_as_its_annotations():
         assert assignment.master_addr == entry.node_of(0)
 
 
-def test_a_member_kube_scheduler_assumed_counts_on_its_node_so_no_peer_is_bound_into_the_same_room():
+def test_a_node_with_room_for_one_members_cpu_offers_the_gang_one_member_not_two():
+    """Found by the soak: two 4-GPU members were reserved on one 8-GPU node whose CPU held one of them, so one was
+    left behind (and, as pod 0, kept its 31 bound peers partly bound).  Placement now counts each member placed."""
     nodes = fit_nodes(1, 1, **{"n-0-0": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "10", "memory": "64Gi",
                                                           "pods": "110"}}})
     service = direct_service(nodes)
-    pods = members("g", 2, gpus=4)  # both 4-GPU members on the one node: 5 + 5 CPUs of 10
+    pods = members("g", 2, gpus=4)  # both 4-GPU members on the one node would need 5 + 5 CPUs of 10
     for pod in pods:
         pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "5"
-    watch(service, [*pods, cpu_pod("small", node="n-0-0")])
-    service.state.upsert_pod({**cpu_pod("small", node="n-0-0"), "spec": {
-        **cpu_pod("small", node="n-0-0")["spec"], "containers": [{"resources": {"requests": {"cpu": "1"}}}]}})
-    assert filter_nodes(service.filter(pods[0])) == ["n-0-0"]  # kube-scheduler assumes g-0 there, /bind to come
-    assert service.binder.calls == []  # g-1 would make it 5 + 5 + 1 > 10: not bound beside the assumed g-0
-    assert service.state.ledger.get("default/g") is None  # no other node: released whole before any Binding
-    assert "no reservation" in service.bind(pods[0], "n-0-0")["Error"]  # so kube-scheduler's /bind of g-0 fails
+    small = cpu_pod("small", node="n-0-0")
+    small["spec"]["containers"][0]["resources"]["requests"].update({"cpu": "1", "memory": "1Gi"})
+    watch(service, [*pods, small])
+    assert filter_nodes(service.filter(pods[0])) == []  # 5 + 5 + 1 > 10: the gang waits whole
+    assert service.state.ledger.get("default/g") is None and service.binder.calls == []
+    room = service.scheduler.direct.member_nodes
+    assert room(service.state.pod("default", "g-0")) == {"n-0-0": 4}  # room for one member's CPU: 4 of 8 GPUs
+    watch(service, [{**small, "metadata": {**small["metadata"]}, "status": {"phase": "Succeeded"}}])
+    assert room(service.state.pod("default", "g-0")) == {"n-0-0": 8}  # the small pod finished: room for both
 
 
 def test_a_gang_whose_pods_are_still_being_created_waits_a_moment_then_binds_the_ones_there():
@@ -212,3 +216,22 @@ def test_a_higher_priority_pod_sees_the_node_as_kube_scheduler_does_not_as_meshf
     service.scheduler.tick()
     assert service.binder.calls == []  # room for one more 2-CPU member, not two: nothing of the gang is bound
     assert service.state.ledger.get("default/g") is None  # released whole, placed afresh when room appears
+
+
+def test_pod_0_kube_scheduler_cannot_place_on_its_reserved_node_keeps_its_peers_unbound():
+    """Found by the soak: pod 0 no longer fitted its node and kube-scheduler's filters rejected that node for it; a
+    member kube-scheduler works on holds its unbound gang back unless kube-scheduler was told its node."""
+    service = direct_service(cpu_nodes(2))
+    watch(service, [cpu_pod("early")])  # pending: fences the members meshfit nominates
+    pods = gang("g", 2)
+    watch(service, pods)
+    filter_nodes(service.filter(pods[1]))  # kube-scheduler asks about g-1 first: told its node, its /bind follows
+    entry = service.state.ledger.get("default/g")
+    node_0, node_1 = entry.node_of(0), entry.node_of(1)
+    watch(service, [cpu_pod("taker", node=node_0)])  # 8 CPUs bound on pod 0's node: 10 more no longer fit
+    assert filter_nodes(service.filter(pods[0], nodes=[node_1])) == []  # its filters rejected node_0 for pod 0
+    watch(service, [cpu_pod("early", node=node_1)])
+    service.clock.advance(3.0)
+    service.scheduler.tick()
+    assert service.binder.calls == []  # g-1 is not bound without pod 0
+    assert service.state.ledger.get("default/g") is None  # nothing bound, pod 0 cannot move: released whole

@@ -187,9 +187,9 @@ def submit_command(
         gang, pods = member_pods(manifest)
     except JobSpecError as exc:
         fail(str(exc))
+    nodes = _cluster_nodes(cluster)  # before any warning: a bad file is one line
     for warning in job_warnings(manifest):
         print(f"warning: {warning}", file=sys.stderr)
-    nodes = _cluster_nodes(cluster)
     calls = ExtenderCalls(url)
     try:
         calls.wait_healthy(wait)

@@ -20,13 +20,17 @@ from scheduler.cli.common import OutputFormat, OutputOption, console, fail, name
 DEMO_PRESET = "hgx-h100"
 DEMO_NODES = 12
 DEMO_USED_FRACTION = 0.8
+"""The generated cluster: 12 HGX H100 nodes with 80% of the GPUs held by other pods, scattered."""
 DEMO_PODS, DEMO_GPUS_PER_POD = 8, 1
 DEMO_PARALLELISM = "tp=2,pp=2,dp=2"
 DEMO_MODEL = "params=1.3e9,layers=24,hidden=2048,seq=2048,micro-batch=1,global-batch=64"
+"""The job: 8 one-GPU pods of a 1.3B-parameter model, 3D-parallel (the traffic volumes the cost model prices)."""
 SEEDS_TRIED = 100
 """Seeds tried (from --seed on) for a cluster where no host holds the whole job."""
 DEFAULT_PICTURE = Path("meshfit-demo.png")
+"""Where the picture goes without --picture: the current folder."""
 COMPARED_POLICIES = ("meshfit", "kueue-tas", "volcano-hypernode")
+"""The policies placed side by side, meshfit first (the others are compared with it)."""
 
 
 def demo_gang():

@@ -14,7 +14,9 @@ from typing import Any
 GPU_COLUMNS = 4
 """GPU cells per row inside a host box."""
 USED_COLOUR, FREE_COLOUR = "#b0b0b0", "#ffffff"
+"""Cell colours of GPUs other pods hold and of free GPUs."""
 HOST_WIDTH, LEVEL_GAP = 1.0, 1.6
+"""Width of a host box and height between tree levels, in plot units."""
 
 
 def _host_order(topo: Any) -> list[int]:
@@ -153,6 +155,6 @@ def write_picture(topo: Any, placements: dict[str, Any], path: Path) -> None:
                         "white: free; numbered colours: the job's ranks, one colour per tensor-parallel group; "
                         "red dashes: a group split across hosts; red boxes: hosts the job uses", fontsize=9)
         figure.tight_layout(rect=(0, 0, 1, 0.93))
-        figure.savefig(path, dpi=110)
+        figure.savefig(path, dpi=110, format="png")  # PNG whatever the file is called
     finally:
         plt.close(figure)

@@ -26,7 +26,9 @@ from scheduler.cli.common import (EXIT_UNSCHEDULABLE, OutputFormat, OutputOption
                                   print_document, print_table)
 
 DEFAULT_URL = "http://127.0.0.1:8888"
+"""Where `meshfit serve --cluster` listens by default."""
 HTTP_TIMEOUT = 30.0
+"""Seconds one call may take."""
 
 
 class ServiceError(RuntimeError):
@@ -133,9 +135,11 @@ def _drive(calls: ExtenderCalls, gang, pods: list[dict], nodes: list[str], table
         note = ""
         if record["reservation"] is None:
             record["reservation"] = _row(calls.get("/reservations") or [], gang.key)
-            held = (record["reservation"] or {}).get("pods") or {}
-            note = ("; meshfit placed the whole gang and [bold]reserved[/bold] it: "
-                    + ", ".join(f"{pod_name} -> {node}" for pod_name, node in held.items()))
+            reservation = record["reservation"] or {}
+            layout = ", ".join(f"{pod_name} -> {node}" for pod_name, node in (reservation.get("pods") or {}).items())
+            status = reservation.get("status", "unknown")
+            note = (f"; meshfit placed the whole gang and [bold]reserved[/bold] it: {layout}" if status == "reserved"
+                    else f"; the gang was already {status} (these pods were submitted before): {layout}")
         _say(table_mode, f"/filter {name} ({len(nodes)} nodes offered) -> kept {', '.join(offered)}{note}")
         scores = calls.prioritize(pod, offered)
         entry["prioritize"] = scores

@@ -33,7 +33,8 @@ class LocalRunError(RuntimeError):
 
 @dataclass
 class LocalRunResult:
-    """What a local run did: status, steps reached, the loss of each step run now, each rank's observed groups."""
+    """What a local run did: status, steps reached, the loss of each step run now, each rank's pod, node and
+    observed groups."""
 
     status: str
     steps: int
@@ -127,14 +128,16 @@ def _read_results(results_dir: Path, world_size: int, exit_code: int) -> dict[in
     return results
 
 
-def _summarise(results: dict[int, dict]) -> LocalRunResult:
+def _summarise(results: dict[int, dict], placement: Placement) -> LocalRunResult:
+    """The run's result; each rank with the pod whose environment it ran in and that pod's placed node."""
     ordered = [results[rank] for rank in sorted(results)]
     owner = next(r for r in ordered if r["losses"] is not None)
     interrupted = any(r["interrupted"] for r in ordered)
     return LocalRunResult(
         status="interrupted" if interrupted else "completed", steps=owner["final_step"],
         start_step=owner["start_step"], losses=[float(x) for x in owner["losses"]],
-        ranks=[{"rank": r["rank"], "groups": r["groups"]} for r in ordered],
+        ranks=[{"rank": r["rank"], "pod_index": r["pod_index"], "node": placement.pod_nodes[r["pod_index"]],
+                "groups": r["groups"]} for r in ordered],
         checkpoint=ordered[0]["checkpoint"], coords={r["rank"]: r["coords"] for r in ordered})
 
 
@@ -174,7 +177,7 @@ def run_local(placement: Placement, options, on_step: Callable[[int, float], Non
             raise
         finally:
             restore()
-        return _summarise(_read_results(results_dir, placement.gang.world_size, exit_code))
+        return _summarise(_read_results(results_dir, placement.gang.world_size, exit_code), placement)
 
 
 class LocalHandoff:

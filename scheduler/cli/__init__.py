@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "scheduler.cli.place_cmd",      # meshfit place
     "scheduler.cli.serve_cmd",      # meshfit serve
     "scheduler.cli.gangs_cmd",      # meshfit gangs
+    "scheduler.cli.submit_cmd",     # meshfit submit (kube-scheduler's calls against an embedded serve)
     "scheduler.cli.runtime_cmd",    # meshfit run | launch | render
     "scheduler.cli.demo_cmd",       # meshfit demo
     "scheduler.cli.simulate_cmd",   # meshfit simulate | plan

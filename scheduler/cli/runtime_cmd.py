@@ -74,13 +74,23 @@ def _print_env(env: dict[str, str], output: OutputFormat) -> None:
             print(f"{key}={shlex.quote(env[key])}")
 
 
+def starting_line(placement) -> str:
+    """The line printed before the worker processes start (loading torch in every rank takes seconds)."""
+    gang = placement.gang
+    return (f"starting {gang.world_size} worker processes for {gang.key} (one per rank, torch.distributed gloo over "
+            f"loopback, each in the environment `meshfit launch` gives its pod); loading torch in each takes a few "
+            f"seconds before the first step")
+
+
 def run_with_progress(placement, options, show_progress: bool):
-    """Run the placed job locally, with a rich progress bar of steps and loss on stderr when asked."""
+    """Run the placed job locally, with a rich progress bar of steps and loss on stderr when asked; a line on
+    stderr says the workers are starting first, so the seconds before the first step are not silent."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from plugins.handoffs.local import run_local
     from scheduler.cli.common import err_console
 
+    err_console.print(starting_line(placement), highlight=False, soft_wrap=True)
     if not show_progress:
         return run_local(placement, options)
     columns = (TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
@@ -113,8 +123,10 @@ def _import_runtime() -> None:
 
 
 def print_run_summary(result, output: OutputFormat) -> None:
-    """The run summary: DESIGN JSON, or a short loss curve summary."""
-    from scheduler.cli.common import console, print_document
+    """The run summary: DESIGN JSON, or the loss curve and a table of every rank's pod, node and groups."""
+    from rich.table import Table
+
+    from scheduler.cli.common import console, names_column, print_document, print_table
 
     if output != OutputFormat.table:
         print_document(result.to_json(), output)
@@ -125,9 +137,14 @@ def print_run_summary(result, output: OutputFormat) -> None:
                       f"{losses[-1]:.4f} (min {min(losses):.4f})")
     else:
         console.print(f"{result.status}: nothing to run (already at step {result.steps})")
+    table = Table("rank", "pod", title="ranks as the worker processes saw them")
+    names_column(table, "node", [entry["node"] for entry in result.ranks])
+    for axis in ("tp", "pp", "dp"):
+        table.add_column(f"{axis} group", no_wrap=True)
     for entry in result.ranks:
-        groups = " ".join(f"{axis}={entry['groups'][axis]}" for axis in ("tp", "pp", "dp"))
-        console.print(f"  rank {entry['rank']}: {groups}")
+        table.add_row(str(entry["rank"]), str(entry["pod_index"]), entry["node"],
+                      *(" ".join(map(str, entry["groups"][axis])) for axis in ("tp", "pp", "dp")))
+    print_table(table)
     if result.checkpoint:
         console.print(f"checkpoint: {result.checkpoint}")
 
@@ -167,9 +184,8 @@ def run_command(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Place the job, then train the example model on this machine with one process per rank (gloo)."""
+    _import_runtime()  # first: without torch, one line naming the extra, before any module that imports it
     from plugins.handoffs.local_runtime.checkpoint import CheckpointError, latest_step_dir
-
-    _import_runtime()
     from plugins.handoffs.local_runtime.worker import TrainOptions
 
     if resume:

@@ -87,6 +87,10 @@ CASES = [
     Case("serve --verb-token-file", "token", lambda f, b: [*SERVE, "--cluster", str(f["cluster"]),
                                                            "--verb-token-file", str(b)]),
     Case("gangs --kubeconfig", "kubeconfig", lambda f, b: ["gangs", "--kubeconfig", str(b)]),
+    Case("submit --job", "job", lambda f, b: ["submit", "--job", str(b), "--cluster", str(f["cluster"]),
+                                              "--url", "http://127.0.0.1:9", "--wait", "0"]),
+    Case("submit --cluster", "cluster", lambda f, b: ["submit", "--job", str(f["job"]), "--cluster", str(b),
+                                                      "--url", "http://127.0.0.1:9", "--wait", "0"]),
     Case("launch --annotations-file", "annotations", lambda f, b: ["launch", "--annotations-file", str(b),
                                                                    "--print-env"]),
     Case("launch --rank-table", "rank-table", lambda f, b: ["launch", "--annotations-file", str(b.parent / "absent"),
@@ -94,7 +98,8 @@ CASES = [
     Case("launch --node-labels", "labels", lambda f, b: ["launch", "--node-labels", str(b), "--print-env"]),
     Case("launch --fabric-config", "fabric", lambda f, b: ["launch", "--fabric-config", str(b), "--print-env"]),
 ]
-OUTPUT_ONLY = {"render --to", "cluster generate --to", "topology export --to", "simulate --out-dir", "plan --out-dir"}
+OUTPUT_ONLY = {"render --to", "cluster generate --to", "topology export --to", "simulate --out-dir", "plan --out-dir",
+               "demo --picture"}
 """Path options that are written, never read."""
 
 

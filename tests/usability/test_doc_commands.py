@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tomllib
@@ -60,9 +61,26 @@ def test_document_commands_run(document, tmp_path):
     for block in blocks(document):
         if not block.runnable:
             continue
-        result = subprocess.run(["bash", "-euo", "pipefail", "-c", block.script()], cwd=scratch, env=_environment(),
-                                capture_output=True, text=True, timeout=BLOCK_TIMEOUT_SECONDS)
-        assert result.returncode == 0, f"{block.label} failed (rc {result.returncode}):\n{result.stderr[-2000:]}"
+        returncode, stderr = _run_block(block.script(), scratch)
+        assert returncode == 0, f"{block.label} failed (rc {returncode}):\n{stderr[-2000:]}"
+
+
+def _run_block(script: str, cwd: Path) -> tuple[int, str]:
+    """Run one block in its own process group (a block may start a server with `&`), and end whatever of that
+    group is still running afterwards, even when the block failed before its own `kill`."""
+    process = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=_environment(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, stderr = process.communicate(timeout=BLOCK_TIMEOUT_SECONDS)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return process.returncode, stderr
 
 
 @pytest.mark.parametrize("block", [b for b in all_blocks() if not b.runnable and b.language in ("bash", "sh", "shell")],

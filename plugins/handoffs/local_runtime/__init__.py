@@ -16,6 +16,7 @@ def require_torch() -> None:
     try:
         import torch.distributed as dist
     except ImportError:
-        raise RuntimeUnavailable("the local runtime needs torch: pip install 'meshfit[runtime]'") from None
+        raise RuntimeUnavailable("the local runtime needs torch: pip install 'meshfit[runtime]' (for the CPU build, "
+                                 "first: pip install torch --index-url https://download.pytorch.org/whl/cpu)") from None
     if not dist.is_available() or not dist.is_gloo_available():
         raise RuntimeUnavailable("the local runtime needs torch.distributed with the gloo backend")

@@ -141,7 +141,9 @@ def train(options: TrainOptions, events, stop: threading.Event) -> dict[str, Any
         trainer = Trainer(options, _state_from_environment(), events)
         if options.resume:
             trainer.resume()
-        return trainer.run(stop)
+        report = trainer.run(stop)
+        report["pod_index"] = int(os.environ["MESHFIT_POD_INDEX"])  # the pod whose environment this rank got
+        return report
     finally:
         dist.destroy_process_group()
 

@@ -370,6 +370,7 @@ def register(app: typer.Typer) -> None:
                 elector = start_leader_election(state, binder.api_client, leader, grpc_start=(
                     (lambda: _start_grpc(scheduler, grpc_port, host, tls, verb_auth)) if grpc_port else None))
                 app = StandbyGate(app, elector)
+                metrics.watch_leadership(elector.serving)  # meshfit_leader: 1 on the serving leader only
             if cluster is None and kueue:  # Kueue admission checks: reserve a job's gang before Kueue admits it
                 from scheduler.cli.serve_kueue import start_kueue_checks
 

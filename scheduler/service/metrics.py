@@ -3,6 +3,8 @@
 Request latency per verb; gangs pending / reserved / bound and GPUs free are read from the state
 at scrape time by a collector (no bookkeeping on the hot path); reservation expiries and the
 predicted step-time ratio to the lower bound of placed gangs are recorded as they happen.
+`meshfit_leader` (1 on the replica that answers the verbs) and `meshfit_gang_oldest_seconds{state}` (age of the
+oldest gang per lifecycle state) are what manifests/components/monitoring's alerts need besides the counters.
 
 `/metrics` on the main HTTP port serves `ServiceMetrics.exposition()`; `meshfit serve --metrics-port N`
 also serves the same registry on a port of its own (`start_metrics_server`: prometheus_client's WSGI
@@ -12,6 +14,7 @@ server, plain HTTP, nothing but the metrics), so a NetworkPolicy can admit Prome
 from __future__ import annotations
 
 import logging
+from collections import Counter as Tally
 from typing import Callable, Iterator
 from wsgiref.simple_server import WSGIServer
 
@@ -96,18 +99,52 @@ class GangQueueCollector(Collector):
         self.scheduler = scheduler
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        """Gangs per lifecycle state (as `GET /gangs` shows them) and the queue length per priority."""
+        """Gangs per lifecycle state (as `GET /gangs` shows them), the queue length per priority, and the age of
+        the oldest gang in each state (seconds since its first member reached meshfit; 0 when none)."""
+        lifecycle = self.scheduler.lifecycle
         with self.scheduler.state.lock:
-            by_state, by_priority = self.scheduler.lifecycle.counts()
+            rows = lifecycle.rows()
+            now = lifecycle.clock()
+        by_state, by_priority, oldest = Tally(), Tally(), {}
+        for row in rows:
+            state = row.get("state")
+            by_state[state] += 1
+            if state == "waiting":
+                by_priority[row["priority"]] += 1
+            arrived = row.get("arrived_at")
+            if isinstance(arrived, (int, float)):
+                oldest[state] = max(oldest.get(state, 0.0), now - arrived)
         states = GaugeMetricFamily("meshfit_gang_queue", "Gangs by lifecycle state (GET /gangs).", labels=["state"])
+        ages = GaugeMetricFamily("meshfit_gang_oldest_seconds", "Seconds since the first member of the oldest gang "
+                                 "in each lifecycle state reached meshfit (0 when no gang is in that state).",
+                                 labels=["state"])
         for state in self.STATES:
             states.add_metric([state], by_state.get(state, 0))
+            ages.add_metric([state], max(oldest.get(state, 0.0), 0.0))
         yield states
+        yield ages
         waiting = GaugeMetricFamily("meshfit_gangs_waiting", "Waiting gangs (queue length) by priority.",
                                     labels=["priority"])
         for priority, count in sorted(by_priority.items()):
             waiting.add_metric([str(priority)], count)
         yield waiting
+
+
+class LeaderCollector(Collector):
+    """`meshfit_leader`: 1 while this replica answers the verbs, else 0 (a standby, or a leader still re-listing)."""
+
+    def __init__(self) -> None:
+        self.serving: Callable[[], bool] = _always_serving
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """One gauge, read from `serving` at scrape time."""
+        yield GaugeMetricFamily("meshfit_leader", "1 while this replica answers the verbs (the serving leader with "
+                                "--leader-elect; always without it), else 0.", value=1.0 if self.serving() else 0.0)
+
+
+def _always_serving() -> bool:
+    """Without leader election the one replica answers every verb."""
+    return True
 
 
 class GcPauseCollector(Collector):
@@ -177,6 +214,12 @@ class ServiceMetrics:
                                   "/bind verb), and outcome.", ["by", "outcome"], buckets=LATENCY_BUCKETS,
                                   registry=self.registry)
         self.register_collector(StateCollector(state), "state")
+        self.leader = LeaderCollector()
+        self.register_collector(self.leader, "leader")
+
+    def watch_leadership(self, serving: Callable[[], bool]) -> None:
+        """Export `meshfit_leader` from `serving` (with --leader-elect: the elector's `serving`)."""
+        self.leader.serving = serving
 
     def watch_scheduler(self, scheduler) -> None:
         """Export the gang queue of `scheduler` and time its gangs' waits."""

@@ -2,7 +2,7 @@
 
 Sources: kube-scheduler `k8s.io/kube-scheduler/config/v1` (KubeSchedulerConfiguration, Extender),
 Kueue v0.19 `apis/kueue/v1beta2` (Topology, ResourceFlavor, AdmissionCheck, ClusterQueue, LocalQueue),
-Prometheus Operator `monitoring.coreos.com/v1` ServiceMonitor, cert-manager `cert-manager.io/v1`
+Prometheus Operator `monitoring.coreos.com/v1` ServiceMonitor and PrometheusRule, cert-manager `cert-manager.io/v1`
 (Certificate, ClusterIssuer), Kubeflow training-operator
 `kubeflow.org/v1` PyTorchJob, Volcano scheduler configuration (`pkg/scheduler/conf`).  Pod
 templates and ObjectMeta are left to the strict `kubernetes` model check.
@@ -123,6 +123,18 @@ SERVICE_MONITOR = resource("monitoring.coreos.com/v1", "ServiceMonitor", closed(
         "followRedirects": BOOL, "enableHttp2": BOOL, "proxyUrl": STRING})),
 }, ("selector",)))
 
+# monitoring.coreos.com/v1 PrometheusRuleSpec / RuleGroup / Rule: a rule is an alert or a recording rule
+PROMETHEUS_RULE = resource("monitoring.coreos.com/v1", "PrometheusRule", closed({
+    "groups": array(closed({
+        "name": STRING, "interval": DURATION, "query_offset": DURATION, "limit": INT, "labels": string_map(),
+        "partial_response_strategy": STRING,
+        "rules": array({"oneOf": [
+            closed({"alert": STRING, "expr": QUANTITY, "for": DURATION, "keep_firing_for": DURATION,
+                    "labels": string_map(), "annotations": string_map()}, ("alert", "expr")),
+            closed({"record": STRING, "expr": QUANTITY, "labels": string_map()}, ("record", "expr"))]}),
+    }, ("name", "rules")), 1),
+}, ("groups",)))
+
 # ----- cert-manager (cert-manager.io/v1: CertificateSpec, IssuerSpec) ---------------------------------
 KEY_USAGES = ("signing", "digital signature", "content commitment", "key encipherment", "key agreement",
               "data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any", "server auth",
@@ -185,6 +197,7 @@ SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
     (KUEUE, "ClusterQueue"): CLUSTER_QUEUE,
     (KUEUE, "LocalQueue"): LOCAL_QUEUE,
     ("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICE_MONITOR,
+    ("monitoring.coreos.com/v1", "PrometheusRule"): PROMETHEUS_RULE,
     ("cert-manager.io/v1", "Certificate"): CERTIFICATE,
     ("cert-manager.io/v1", "ClusterIssuer"): CLUSTER_ISSUER,
     ("kubeflow.org/v1", "PyTorchJob"): PYTORCH_JOB,

@@ -20,6 +20,7 @@ import yaml
 from scheduler.kube.resources import DEFAULT_RESOURCES
 from scheduler.handoff.manifests import load_job
 from scheduler.service import volcano
+from tests.kube.kustomize_render import COMPONENTS, base_files, combination_id, render
 from tests.kube.manifest_schemas import SCHEMAS, VOLCANO_EXTENDER_ARGUMENTS, VOLCANO_SCHEDULER_CONF
 from tests.kube.strict_models import check_model, validate_core_object
 
@@ -30,11 +31,14 @@ CORE_GROUPS = ("v1", "apps/v1", "rbac.authorization.k8s.io/v1", "policy/v1", "ne
 
 
 def load_all() -> list[tuple[str, dict]]:
-    """(file name, object) for every document under manifests/."""
+    """(file name, object) for every document of manifests/*.yaml outside the Kustomize base, and every object of
+    the base with all its components (`kustomize:base+ha+mtls+monitoring`: what the tests below check field by
+    field; each other combination is checked in tests/kube/test_kustomize_components.py)."""
     docs = []
-    for path in sorted(p for p in MANIFESTS.glob("*.yaml") if p.name != "kustomization.yaml"):  # kustomize's, not
-        docs += [(path.name, d) for d in yaml.safe_load_all(path.read_text()) if d is not None]  # an API object
-    return docs
+    skip = {"kustomization.yaml", *base_files()}  # kustomize's configuration, and the files rendered below
+    for path in sorted(p for p in MANIFESTS.glob("*.yaml") if p.name not in skip):
+        docs += [(path.name, d) for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    return docs + [(f"kustomize:{combination_id(COMPONENTS)}", d) for d in render(COMPONENTS)]
 
 
 DOCS = load_all()
@@ -284,7 +288,7 @@ def test_configmap_admission_policy_matches_meshfit_and_its_name_pattern():
 def service_url() -> tuple[str, int]:
     """In-cluster host and verb (https) port of the meshfit Service."""
     service = find("Service", "meshfit")
-    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "https")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "extender")
     return f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc", port
 
 

@@ -73,9 +73,9 @@ def test_probes_use_https_on_paths_the_service_answers():
     from scheduler.service.binder_memory import MemoryBinder  # noqa: PLC0415
 
     container = meshfit_container()
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
-    assert {p["name"]: p["containerPort"] for p in container["ports"]}["https"] == int(arg(container["args"], "--port"))
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "extender", "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "extender", "scheme": "HTTPS"}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["extender"] == int(arg(container["args"], "--port"))
     scheduler, metrics = build_scheduler(ClusterState(), MemoryBinder(), "first-fit")
     client = TestClient(create_app(scheduler, metrics))
     assert client.get("/healthz").status_code == 200
@@ -85,7 +85,7 @@ def test_probes_use_https_on_paths_the_service_answers():
 def test_service_deployment_and_service_monitor_agree_on_ports():
     service, args = find("Service", "meshfit"), meshfit_container()["args"]
     ports = {p["name"]: p["containerPort"] for p in meshfit_container()["ports"]}
-    assert ports == {"https": 8888, "grpc": 9090, "metrics": 8889}
+    assert ports == {"extender": 8888, "grpc": 9090, "metrics": 8889}
     assert {p["targetPort"]: p["port"] for p in service["spec"]["ports"]} == ports
     assert {p["name"] for p in service["spec"]["ports"]} == set(ports)
     assert [int(arg(args, f)) for f in ("--port", "--grpc-port", "--metrics-port")] == [8888, 9090, 8889]
@@ -194,7 +194,7 @@ def test_network_policy_admits_the_scheduler_on_verbs_and_prometheus_on_metrics_
     for rule in (scheduler_rule, monitoring_rule):
         assert len(rule["from"]) == 1 and "ipBlock" not in rule["from"][0]  # never "from anywhere"
         assert all(p["protocol"] == "TCP" for p in rule["ports"])
-    assert {p["port"] for p in scheduler_rule["ports"]} == {ports["https"], ports["grpc"]}
+    assert {p["port"] for p in scheduler_rule["ports"]} == {ports["extender"], ports["grpc"]}
     assert {p["port"] for p in monitoring_rule["ports"]} == {ports["metrics"]}  # never the verb port
     peer = scheduler_rule["from"][0]
     assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}

@@ -8,7 +8,7 @@
 - The meshfit and meshfit-scheduler pod templates are dry-run created as Pods in their namespaces,
   so Pod Security admission (`restricted` on meshfit-system), ServiceAccount and Priority admission
   judge them.
-- The RBAC of manifests/meshfit.yaml is applied for real and meshfit's own adapters (binder,
+- The RBAC of manifests/meshfit.yaml (and the ha component's Lease Role) is applied for real and meshfit's own adapters (binder,
   requeue, evict, Events, rank-table ConfigMap, list of every watched resource) run impersonating
   its ServiceAccount: everything they do is allowed, and a few things meshfit must not do are denied.
 - manifests/kube-scheduler-config.yaml is run by the real kube-scheduler (only its kubeconfig, the
@@ -32,6 +32,7 @@ import yaml
 
 from scheduler.kube.api import ApiStatusError, request_bytes
 from scheduler.kube.resources import DEFAULT_RESOURCES
+from tests.kube.kustomize_render import COMPONENTS, base_files, render
 from tests.kube.test_manifests_tls import make_docs_pki
 from tests.realk8s.controlplane import http_ok, wait_until
 from tests.realk8s.test_tls_real import manifest_scheduler_config, start_kube_scheduler
@@ -48,33 +49,16 @@ MUST_CHECK = {("v1", "Namespace"), ("v1", "ServiceAccount"), ("v1", "Service"), 
 
 
 def manifest_objects() -> list[tuple[str, dict]]:
-    """(file, object) for every Kubernetes object of manifests/*.yaml and manifests/examples/*.yaml (the
-    Kustomize base's kustomization.yaml is kustomize's configuration, not an object: it is checked through
-    the objects it lists, `test_the_kustomize_base_passes_server_side_dry_run`)."""
+    """(file, object) for every Kubernetes object of manifests/*.yaml outside the Kustomize base,
+    manifests/examples/*.yaml, and the base with every component (file `kustomize`; each combination of
+    components is dry-run in tests/realk8s/test_kustomize_real.py)."""
     out = []
+    skip = {"kustomization.yaml", *base_files()}
     for path in sorted(MANIFESTS.glob("*.yaml")) + sorted((MANIFESTS / "examples").glob("*.yaml")):
-        if path.name == "kustomization.yaml":
+        if path.name in skip:
             continue
         out += [(str(path.relative_to(MANIFESTS)), d) for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    return out
-
-
-def kustomize_base_objects() -> list[dict]:
-    """The objects `kubectl apply -k manifests/` creates: the base's resources, with its image override applied."""
-    base = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
-    images = {i["name"]: i for i in base.get("images") or ()}
-    objects = []
-    for resource in base["resources"]:
-        for doc in yaml.safe_load_all((MANIFESTS / resource).read_text()):
-            if doc is None:
-                continue
-            spec = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
-            for container in spec.get("containers") or ():
-                name = container["image"].rsplit(":", 1)[0]
-                if name in images:
-                    container["image"] = f"{images[name].get('newName', name)}:{images[name]['newTag']}"
-            objects.append(doc)
-    return objects
+    return out + [("kustomize", d) for d in render(COMPONENTS)]
 
 
 def apiserver_feature_enabled(kube, gate: str) -> bool:
@@ -191,36 +175,17 @@ def test_every_manifest_object_passes_server_side_dry_run(kube):
     assert len(checked) + len(skipped) == len(manifest_objects())
 
 
-def test_the_kustomize_base_passes_server_side_dry_run(kube):
-    """`kubectl apply -k manifests/`: every object of the base (image override applied) is accepted as served."""
-    discovery = Discovery(kube.api_client)
-    objects = kustomize_base_objects()
-    kinds = {(o["apiVersion"], o["kind"]) for o in objects}
-    assert ("apps/v1", "Deployment") in kinds and ("v1", "Service") in kinds
-    images = [c["image"] for o in objects if o["kind"] == "Deployment"
-              for c in o["spec"]["template"]["spec"]["containers"] if "meshfit" in c["image"]]
-    assert images and all(i.endswith(":0.1.0") for i in images)
-    for obj in objects:
-        found = discovery.lookup(obj["apiVersion"], obj["kind"])
-        assert found is not None, f"{obj['kind']} is not served"
-        if found[1]:
-            ensure_namespace(kube.api_client, obj["metadata"].get("namespace") or "default")
-    for obj in objects:
-        answer = apply(kube.api_client, discovery, obj)
-        assert (answer["kind"], answer["metadata"]["name"]) == (obj["kind"], obj["metadata"]["name"])
-
-
 def test_dry_run_rejects_what_the_server_would_reject(kube):
     """The check above has teeth: strict validation refuses an unknown field and a bad value."""
     discovery = Discovery(kube.api_client)
     ensure_namespace(kube.api_client, "meshfit-system")
-    typo = load("meshfit.yaml", "Deployment", "meshfit")
+    typo = load("kustomize", "Deployment", "meshfit")
     typo["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpget"] = {"path": "/readyz"}
     with pytest.raises(ApiStatusError) as unknown:
         apply(kube.api_client, discovery, typo)
     # 1.26 answers server-side apply's "field not declared in schema" with 500, newer servers with 4xx
     assert unknown.value.status >= 400 and "httpget" in unknown.value.message
-    bad = load("meshfit.yaml", "PodDisruptionBudget", "meshfit")
+    bad = load("kustomize", "PodDisruptionBudget", "meshfit")
     bad["spec"]["maxUnavailable"] = 1  # minAvailable and maxUnavailable together are invalid
     with pytest.raises(ApiStatusError) as invalid:
         apply(kube.api_client, discovery, bad)
@@ -235,12 +200,12 @@ def pod_from_template(deployment: dict) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
 
 
-@pytest.mark.parametrize("file,name", [("meshfit.yaml", "meshfit"), ("meshfit-scheduler.yaml", "meshfit-scheduler")])
+@pytest.mark.parametrize("file,name", [("kustomize", "meshfit"), ("kustomize", "meshfit-scheduler")])
 def test_pod_templates_pass_admission(kube, file, name):
     """Pod Security (restricted on meshfit-system), ServiceAccount and Priority admission accept the pods."""
     account = load(file, "ServiceAccount", name)
     objects = [account]
-    if file == "meshfit.yaml":
+    if name == "meshfit":
         objects.insert(0, load(file, "Namespace", "meshfit-system"))
     apply_for_real(kube.api_client, objects)  # ServiceAccount admission needs the account to exist
     pod = pod_from_template(load(file, "Deployment", name))
@@ -249,7 +214,7 @@ def test_pod_templates_pass_admission(kube, file, name):
                                       body=pod, content_type="application/json", timeout=30))
     assert answer["spec"]["serviceAccountName"] == name
     assert answer["spec"]["priority"] > 1_000_000_000  # system-cluster-critical resolved
-    if file == "meshfit.yaml":
+    if name == "meshfit":
         namespace = json.loads(request_bytes(kube.api_client, "GET", "/api/v1/namespaces/meshfit-system"))
         assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
         privileged = copy.deepcopy(pod)
@@ -275,7 +240,7 @@ def test_meshfit_rbac_allows_every_call_meshfit_makes_and_no_more(kube):
     from scheduler.kube.configmap import publish_configmap
     from scheduler.service.actions import PodRef
 
-    rbac = [d for f, d in manifest_objects() if f == "meshfit.yaml"
+    rbac = [d for f, d in manifest_objects() if f == "kustomize" and d["metadata"]["labels"]["app.kubernetes.io/name"] == "meshfit"
             and d["kind"] in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
     apply_for_real(kube.api_client, rbac)
     ns = kube.namespace
@@ -350,8 +315,8 @@ def test_real_kube_scheduler_runs_the_manifest_config_and_takes_its_lease(kube, 
     config = manifest_scheduler_config(kube, docs_pki)
     election = config["leaderElection"]
     ensure_namespace(kube.api_client, election["resourceNamespace"])
-    apply_for_real(kube.api_client, [load("meshfit-scheduler.yaml", "Role", "meshfit-scheduler-lease"),
-                                     load("meshfit-scheduler.yaml", "RoleBinding", "meshfit-scheduler-lease")])
+    apply_for_real(kube.api_client, [load("kustomize", "Role", "meshfit-scheduler-lease"),
+                                     load("kustomize", "RoleBinding", "meshfit-scheduler-lease")])
     lease_path = (f"/apis/coordination.k8s.io/v1/namespaces/{election['resourceNamespace']}/leases/"
                   f"{election['resourceName']}")
     try:

@@ -2,7 +2,7 @@
 `tlsConfig`), and a gang gets bound; a scheduler presenting a certificate meshfit does not allow binds nothing.
 
 The shipped pair too: kube-scheduler runs manifests/kube-scheduler-config.yaml and meshfit the flags of
-manifests/meshfit.yaml's Deployment (files from docs/deployment.md's openssl commands, addresses rewritten to
+manifests/meshfit.yaml's Deployment with the mtls component (files from docs/deployment.md's openssl commands, addresses rewritten to
 loopback): a plain GPU pod is bound through the extender's filter and bind verbs over mutual TLS, a verb
 without the client certificate is refused, and the Deployment's `--metrics-port` serves the counts of the
 scheduler's calls over plain HTTP.
@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from tests.kube.kustomize_render import identity, render
 from tests.realk8s.cluster_builders import (
     assert_no_overcommit, assert_no_partial_gangs, create_gang, create_nodes, create_plain_pods, gang_status,
     pending_reasons, wait_for,
@@ -134,10 +135,9 @@ def manifest_scheduler_config(kube, pki: Path, meshfit_port: int | None = None) 
 
 
 def manifest_meshfit_args(pki: Path, metrics_port: int) -> list[str]:
-    """The meshfit Deployment's args for a loopback run: TLS files from `pki`, `--metrics-port` on a free port;
+    """The meshfit Deployment's args (the Kustomize base with the mtls component) for a loopback run: TLS files from `pki`, `--metrics-port` on a free port;
     --host / --port / --grpc-port are MeshfitProcess's, and no --leader-elect (one replica; tested elsewhere)."""
-    (deployment,) = [d for d in yaml.safe_load_all((MANIFESTS / "meshfit.yaml").read_text())
-                     if d and d["kind"] == "Deployment"]
+    (deployment,) = [d for d in render(("mtls",)) if identity(d) == ("Deployment", "meshfit-system", "meshfit")]
     args = list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
     out, skip = [], {"--host": 1, "--port": 1, "--grpc-port": 1, "--leader-elect": 0}
     while args:

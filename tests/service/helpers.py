@@ -10,6 +10,7 @@ from starlette.testclient import TestClient
 
 from scheduler.service.app import build_scheduler, create_app
 from scheduler.service.binder_memory import MemoryBinder
+from scheduler.service.metrics import ServiceMetrics
 from scheduler.service.scheduling import GangScheduler
 from scheduler.cache.state import ClusterState
 
@@ -97,6 +98,7 @@ class Service:
     binder: MemoryBinder
     client: TestClient
     clock: FakeClock = field(default_factory=FakeClock)
+    metrics: ServiceMetrics | None = None
 
     def filter(self, pod: dict, nodes: list[str] | None = None, cache: bool = True) -> dict:
         """POST /filter in either nodeCacheCapable mode; returns the decoded reply."""
@@ -128,7 +130,7 @@ def make_service(nodes: list[dict] | None = None, policy: str = "first-fit", ttl
     binder = MemoryBinder()
     scheduler, metrics = build_scheduler(state, binder, policy, **options)
     client = TestClient(create_app(scheduler, metrics))
-    return Service(state, scheduler, binder, client, clock)
+    return Service(state, scheduler, binder, client, clock, metrics)
 
 
 def filter_nodes(reply: dict) -> list[str]:

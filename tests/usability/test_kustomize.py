@@ -5,6 +5,7 @@ those objects and an overlay can change the image.  Server-side dry run is tests
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -72,3 +73,60 @@ def test_an_overlay_sets_the_image(kubectl, tmp_path):
     deployment = next(o for o in _kustomize(kubectl, tmp_path) if _identity(o) == ("Deployment", "meshfit-system",
                                                                                    "meshfit"))
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example.com/meshfit:1.2.3"
+
+
+# ----- the image reference and the documented overlay ---------------------------------------------------
+REPO = MANIFESTS.parent
+IMAGE = "ghcr.io/meshfit/meshfit"
+
+
+def package_version() -> str:
+    """The version in pyproject.toml."""
+    import tomllib  # noqa: PLC0415
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+
+
+def test_one_image_reference_everywhere_matching_the_package_version():
+    """The image is `ghcr.io/meshfit/meshfit:<package version>` in the manifests, the base's `images`, the
+    Dockerfile's label and build line, and every `image:` a document shows for meshfit (no placeholder
+    registry: a user's own registry goes in the overlay's `images`, as docs/deployment.md says)."""
+    version = package_version()
+    reference = f"{IMAGE}:{version}"
+    (meshfit,) = [o for o in python_render() if _identity(o) == ("Deployment", "meshfit-system", "meshfit")]
+    assert meshfit["spec"]["template"]["spec"]["containers"][0]["image"] == reference
+    assert {"name": IMAGE, "newTag": version} in _kustomization()["images"]
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert f"ARG VERSION={version}\n" in dockerfile and f"docker build -t {reference} ." in dockerfile
+    shown = []
+    for document in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for line in document.read_text().splitlines():
+            found = re.search(r"\bimage:\s*(\S+)", line)
+            if found and "meshfit" in found.group(1).rsplit("/", 1)[-1]:
+                shown.append((document.name, found.group(1)))
+    assert shown and all(image == reference for _, image in shown), shown
+
+
+def documented_overlay() -> dict:
+    """The recommended overlay of docs/deployment.md (the yaml block that lists `components`)."""
+    text = (REPO / "docs" / "deployment.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    (overlay,) = [b for b in blocks if isinstance(b, dict) and "components" in b]
+    return overlay
+
+
+def test_the_documented_overlay_uses_every_component_and_sets_both_images(kubectl, tmp_path):
+    overlay = documented_overlay()
+    assert overlay["resources"] == ["../manifests"]
+    assert overlay["components"] == [f"../manifests/components/{c}" for c in ("ha", "mtls", "monitoring")]
+    folder = tmp_path / "my-meshfit"
+    folder.mkdir()
+    (tmp_path / "manifests").symlink_to(MANIFESTS)  # `next to the manifests/ folder`, as the page says
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    rendered = {_identity(o): o for o in _kustomize(kubectl, folder)}
+    images = {_identity(o)[2]: o["spec"]["template"]["spec"]["containers"][0]["image"]
+              for o in rendered.values() if o["kind"] == "Deployment"}
+    assert images == {"meshfit": "registry.example.com/meshfit:0.1.0",
+                      "meshfit-scheduler": "registry.k8s.io/kube-scheduler:v1.35.4"}
+    assert ("PrometheusRule", "meshfit-system", "meshfit") in rendered
+    assert rendered[("Deployment", "meshfit-system", "meshfit")]["spec"]["replicas"] == 2

@@ -96,7 +96,7 @@ class GangBinding(GangNominations):
         self.moved_at: dict[str, float] = {}
         """Pod uid -> when this binder last moved its slot because it no longer fitted its node."""
         self.counts = {"bound": 0, "failed": 0, "conflicts": 0, "nominated": 0, "nominate_failed": 0,
-                       "no_longer_fit": 0, "cleared": 0}
+                       "nominate_skipped": 0, "no_longer_fit": 0, "cleared": 0}
         self._pending_sync: list[Callable[[], None]] = []
 
     # ----- decisions (under the state lock) ------------------------------------------------------------------

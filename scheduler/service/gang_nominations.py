@@ -23,7 +23,7 @@ WATCH_LAG_SECONDS = 1.0
 
 class GangNominations:
     """Nomination writes and kube-scheduler's assumed members; mixed into `GangBinding` (it provides `state`, `clock`,
-    `nominator`, `kube_handling`, `kube_told`, `holds`, `nominating`, `nominated`, `counts`, `kick`, `_submit`,
+    `nominator`, `kube_handling`, `kube_told`, `in_flight`, `holds`, `nominating`, `nominated`, `counts`, `kick`, `_submit`,
     `_nominations`, `_wake_later`, `_back_off` and `_add_in_flight`)."""
 
     state: Any
@@ -31,6 +31,7 @@ class GangNominations:
     nominator: Any
     kube_handling: dict
     kube_told: dict
+    in_flight: dict
     holds: dict
     nominating: dict
     nominated: dict
@@ -117,6 +118,11 @@ class GangNominations:
         self._submit(lambda: self._post_nomination(record, node), self._nominations)
 
     def _post_nomination(self, record: PodRecord, node: str | None) -> None:
+        with self.state.lock:
+            if node is not None and self._nomination_moot(record):
+                self.nominating.pop(record.uid, None)
+                self.counts["nominate_skipped"] += 1
+                return
         error = ""
         try:
             self.nominator.nominate(record.namespace, record.name, record.uid, node)
@@ -138,6 +144,15 @@ class GangNominations:
                 self.counts["nominated"] += 1
             if record.member is not None and not error and node is not None:
                 self.kick(record.member.gang_key)  # in memory the nomination is in the state already
+
+    def _nomination_moot(self, record: PodRecord) -> bool:
+        """True when a nomination queued for `record` need not be written any more (call under the lock): the pod is
+        gone, bound or terminating, its Binding is in flight, or kube-scheduler was told its node at `/filter` (its
+        own cache assumes it there, which is what the nomination was for).  A burst's nominations queue behind each
+        other; by a member's turn kube-scheduler has often bound it, and the API server refuses the write."""
+        current = self.state.pods.get(record.uid)
+        return (current is None or bool(current.node) or current.terminating or record.uid in self.kube_told
+                or record.uid in self.in_flight)
 
     def _clear_stale_nominations(self) -> None:
         """Clear nominations this binder wrote for members whose slot is no longer reserved on that node."""

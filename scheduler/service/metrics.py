@@ -180,6 +180,24 @@ class TransitionCollector:
         yield family
 
 
+class DirectBindingCollector:
+    """`meshfit_direct_binding_events_total{event}`: what the direct binder did (nominations written, skipped or failed,
+    members bound, no longer fitting, fence passes, waits and time-outs; `scheduler.service.gang_binding`)."""
+
+    def __init__(self, direct) -> None:
+        self.direct = direct
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        """One sample per event counted so far."""
+        family = CounterMetricFamily("meshfit_direct_binding_events", "Direct binder events: nominated, "
+                                     "nominate_skipped, nominate_failed, bound, failed, conflicts, no_longer_fit, "
+                                     "cleared, fence_passed, fence_waited, fence_timed_out.", labels=["event"])
+        counts = {**dict(self.direct.counts), **{f"fence_{k}": v for k, v in dict(self.direct.fence.counts).items()}}
+        for name, count in sorted(counts.items()):
+            family.add_metric([name], count)
+        yield family
+
+
 class ServiceMetrics:
     """Every metric of one service instance and its registry."""
 
@@ -232,6 +250,8 @@ class ServiceMetrics:
         if elastic is not None:
             elastic.observe = lambda direction: self.elastic_resizes.labels(direction).inc()
         self.register_collector(TransitionCollector(scheduler.lifecycle.machine), "gang_transitions")
+        if getattr(scheduler, "direct", None) is not None:
+            self.register_collector(DirectBindingCollector(scheduler.direct), "direct_binding")
         scheduler.observe_binding = lambda by, seconds, ok: self.bindings.labels(
             by, "bound" if ok else "failed").observe(seconds)
 

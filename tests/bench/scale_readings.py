@@ -112,11 +112,15 @@ def reserved_times(log: Path) -> dict[str, float]:
 
 
 def meshfit_histograms(url: str) -> dict:
-    """meshfit's /bind verb and own-Binding latency: count and mean seconds."""
+    """meshfit's /bind verb and own-Binding latency (count and mean seconds) and its direct binder's event counts."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
         text = response.read().decode()
     found: dict = {}
     for family in text_string_to_metric_families(text):
+        if family.name == "meshfit_direct_binding_events":
+            found["direct_binding_events"] = {s.labels["event"]: int(s.value) for s in family.samples
+                                              if s.name.endswith("_total")}
+            continue
         if family.name not in ("meshfit_request_seconds", "meshfit_binding_seconds"):
             continue
         sums: dict = {}

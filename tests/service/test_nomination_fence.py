@@ -252,3 +252,15 @@ def test_a_queued_nomination_is_not_written_once_its_member_is_bound_or_kube_sch
         direct.kube_assumes(service.state.pod("default", "g-1"), "n-0-1")  # and was told g-1's node
     service.scheduler.run_direct_binds()
     assert nominator.calls == [] and direct.counts["nominate_skipped"] == 2
+
+
+def test_the_direct_binders_events_are_on_metrics():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    service = direct_service(cpu_nodes(2))
+    watch(service, [cpu_pod("early")])
+    reserve(service, gang("g", 2))  # g-1 nominated, then fenced by the early pod
+    text = service.client.get("/metrics").text
+    (family,) = [f for f in text_string_to_metric_families(text) if f.name == "meshfit_direct_binding_events"]
+    events = {s.labels["event"]: s.value for s in family.samples if s.name.endswith("_total")}
+    assert events["nominated"] == 1 and events["fence_waited"] >= 1 and events["bound"] == 0

@@ -54,7 +54,7 @@ MISSING_GRACE_SECONDS = 3.0
 within it; a member created later than that binds into the slot held for it)."""
 MOVE_SETTLE_SECONDS = 1.0
 """A member moved off a node whose room was taken is not moved again sooner (its new nomination must land first)."""
-NOMINATION_WORKERS = 8
+NOMINATION_WORKERS = 32
 """Nominations are written on workers of their own: never queued behind Bindings (they gate them)."""
 DRAINED_AT = 16
 """Bindings in flight at which the queue is asked to admit more gangs."""

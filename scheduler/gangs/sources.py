@@ -43,6 +43,9 @@ class GangMembership:
     gpus_per_pod: int = 0
     elastic: ElasticRange | None = None
     """Elastic gangs: the data-parallel range it may run at (`scheduler.gangs.elastic`); None = fixed size."""
+    own_index: bool = True
+    """False: the pod carries no index of its own (a PodGroup member); `index` is meshfit's stable choice, made by
+    `scheduler.gangs.stable_index` when the pod enters the cluster state, and written to the pod with its ranks."""
 
 
 class NotAGangMember(Exception):

@@ -206,7 +206,8 @@ def resolve_membership(pod: dict, lookup: Lookup, *, source: str, gang_name: str
     """Complete a source's answer (gang, index, maybe size and required level) into a checked `GangMembership`.
 
     `index=None`: the pod has no index of its own; meshfit gives it a stable one (`GangMembership.own_index`).
-    `required_level` is a level the gang object itself requires (a PodGroup's topology key)."""
+    `required_level` is a level the gang object itself requires (a PodGroup's topology key, which kube-scheduler's
+    group cycle places it by: `GangMembership.placement_key`)."""
     where = pod_label(pod)
     own_index = index is not None
     index = 0 if index is None else index
@@ -237,7 +238,7 @@ def resolve_membership(pod: dict, lookup: Lookup, *, source: str, gang_name: str
         gang_key=f"{namespace_of(pod)}/{gang_name}", index=index, size=size, source=source,
         parallelism=parallelism, rank_order=order.strip().lower() if order else None,
         model=ModelShape.parse(model_text) if model_text else None,
-        constraint=constraint, gpus_per_pod=gpus, elastic=elastic, own_index=own_index)
+        constraint=constraint, gpus_per_pod=gpus, elastic=elastic, own_index=own_index, placement_key=required_level)
 
 
 def elastic_policy(owner: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -171,3 +171,33 @@ def test_an_index_less_gang_binds_whole_in_one_leaf_with_its_index_written_besid
     assert {a.master_addr for a in assigned.values()} == {nodes[first]}
     leaves = {service.state.topology.node_by_name[n].labels[LEAF] for n in nodes.values()}
     assert len(leaves) == 1
+
+
+def test_an_offer_of_another_domain_of_the_pod_groups_key_is_one_candidate_placement_not_a_rejection():
+    """kube-scheduler's 1.36 group cycle offers each member one leaf at a time: a member reserved in another leaf is
+    refused there (not moved into it), and accepted when its own leaf is offered."""
+    service = make_service(make_nodes(racks=2, nodes_per_rack=4), policy="meshfit")
+    service.state.upsert_object(pod_group(keys=[LEAF]))
+    pods = [grouped(f"w-{c}") for c in "abcd"]
+    for pod in pods:
+        service.state.upsert_pod(pod)
+    racks = {r: sorted(n for n, node in service.state.topology.node_by_name.items() if node.labels[LEAF] == r)
+             for r in ("rack-0", "rack-1")}
+    first = service.filter(pods[0], racks["rack-1"])  # the first offer: rack-1, before anything is reserved
+    entry = service.state.ledger.get("default/train")
+    reserved = {entry.node_of(i) for i in range(4)}
+    home = "rack-1" if reserved <= set(racks["rack-1"]) else "rack-0"
+    assert reserved <= set(racks[home]), reserved  # meshfit's own choice, one leaf
+    other = "rack-0" if home == "rack-1" else "rack-1"
+    names = indexes(service.state)
+    for pod in pods:  # requeued members are nominated to their reserved nodes, as meshfit does
+        pod["metadata"]["resourceVersion"] = "5"
+        pod["status"]["nominatedNodeName"] = entry.node_of(names[pod["metadata"]["name"]])
+        service.state.upsert_pod(pod)
+    for pod in pods:
+        refused = service.filter(pod, racks[other])
+        assert not filter_nodes(refused) and "is reserved on node" in str(refused["FailedNodes"])
+        assert {entry.node_of(i) for i in range(4)} == reserved  # nothing moved into the offered leaf
+        [node] = filter_nodes(service.filter(pod, racks[home]))
+        assert node in reserved
+    assert filter_nodes(first) in ([], [entry.node_of(indexes(service.state)["w-a"])])

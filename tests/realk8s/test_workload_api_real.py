@@ -132,6 +132,7 @@ def leaf_of(env: Any, node: str) -> str:
     return env.core.read_node(node).metadata.labels[LEAF_LABEL]
 
 
+@pytest.mark.k8s_versions(every=True, min="1.35", why="which Workload API version is served differs by version")
 def test_the_control_plane_serves_the_version_meshfit_discovers(wl):
     """The served version is the one this Kubernetes version documents, and the other is not served."""
     client = wl.api_client

@@ -9,7 +9,8 @@ from scheduler.kube.binder import KubeBinder
 from scheduler.service.actions import EVENT_WARNING, PodRef
 from tests.realk8s.cluster_builders import create_nodes, gang_pod_body
 
-pytestmark = pytest.mark.realk8s
+pytestmark = [pytest.mark.realk8s, pytest.mark.k8s_versions(
+    every=True, why="what kube-apiserver keeps of a nomination and a Binding's annotations differs by version")]
 
 
 def pod_ref(kube, name: str = "g-worker-0") -> PodRef:

@@ -17,7 +17,8 @@ from tests.realk8s.scenario import (
     burst_shapes, create_burst, meshfit_events, wait_settled, whole,
 )
 
-pytestmark = pytest.mark.realk8s
+pytestmark = [pytest.mark.realk8s, pytest.mark.k8s_versions(
+    every=True, why="how kube-scheduler requeues a member only the extender rejected differs by version")]
 
 GPUS = 8
 

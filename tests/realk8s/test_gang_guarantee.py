@@ -13,7 +13,8 @@ from tests.realk8s.scenario import (
     burst_shapes, create_burst, delete_gang, meshfit_events, wait_settled, whole,
 )
 
-pytestmark = pytest.mark.realk8s
+pytestmark = [pytest.mark.realk8s, pytest.mark.k8s_versions(
+    every=True, why="the binding and nomination paths through kube-scheduler differ by version")]
 
 NODES, GPUS = 24, 8
 

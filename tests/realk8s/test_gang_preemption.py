@@ -13,7 +13,8 @@ from tests.realk8s.cluster_builders import (
 )
 from tests.realk8s.scenario import meshfit_events, wait_settled
 
-pytestmark = pytest.mark.realk8s
+pytestmark = [pytest.mark.realk8s, pytest.mark.k8s_versions(
+    every=True, why="kube-scheduler's preemption path (extender preempt verb, async preemption) differs by version")]
 
 GPUS = 8
 

@@ -13,7 +13,8 @@ import pytest
 from tests.realk8s.cluster_builders import create_gang, create_nodes, gang_pod_body, gang_status, pending_reasons
 from tests.realk8s.scenario import meshfit_events, wait_settled
 
-pytestmark = pytest.mark.realk8s
+pytestmark = [pytest.mark.realk8s, pytest.mark.k8s_versions(
+    every=True, why="replacement relies on nomination and requeue behaviour that differs by version")]
 
 GPUS = 8
 LEAF = "network.topology.nvidia.com/leaf"

@@ -9,7 +9,8 @@ from tests.realk8s.cluster_builders import (
     gang_status, pending_reasons, wait_for,
 )
 
-pytestmark = pytest.mark.realk8s
+pytestmark = [pytest.mark.realk8s, pytest.mark.k8s_versions(
+    every=True, why="each version's binaries must start and bind a gang")]
 
 
 def test_control_plane_keeps_node_capacity(kube):

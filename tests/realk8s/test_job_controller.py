@@ -40,7 +40,8 @@ from tests.realk8s.cluster_builders import (
 )
 from tests.realk8s.scenario import meshfit_events
 
-pytestmark = pytest.mark.realk8s
+pytestmark = [pytest.mark.realk8s, pytest.mark.k8s_versions(
+    every=True, why="the real Job controller and the nomination kept at bind differ by version")]
 
 GPUS = 8
 RANKS = "meshfit.io/ranks"

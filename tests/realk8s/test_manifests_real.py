@@ -37,6 +37,9 @@ from tests.kube.test_manifests_tls import make_docs_pki
 from tests.realk8s.controlplane import http_ok, wait_until
 from tests.realk8s.test_tls_real import manifest_scheduler_config, start_kube_scheduler
 
+pytestmark = pytest.mark.k8s_versions(
+    every=True, why="the manifests must pass each version's API and kube-scheduler configuration")
+
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 FIELD_MANAGER = "meshfit-manifest-test"
 MESHFIT_USER = "system:serviceaccount:meshfit-system:meshfit"

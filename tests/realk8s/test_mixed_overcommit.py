@@ -21,7 +21,8 @@ from tests.realk8s.cluster_builders import create_nodes, gang_pod_body, gang_sta
 from tests.realk8s.overcommit import overcommitted, raw_list
 from tests.realk8s.scenario import wait_settled
 
-pytestmark = pytest.mark.realk8s
+pytestmark = [pytest.mark.realk8s, pytest.mark.k8s_versions(
+    every=True, why="the over-commit scenario of issue 28, required on every version")]
 
 NODES, GANGS, GANG_PODS, CPU_PODS = 48, 10, 4, 60
 RUNS = int(os.environ.get("MESHFIT_MIXED_RUNS", "2"))

@@ -132,11 +132,12 @@ def job_settings(pod: dict, owner: Mapping[str, Any] | None) -> tuple[dict[str, 
 
 
 def constraint_from(settings: Mapping[str, str], where: str, required: str | None = None,
-                    preferred: str | None = None) -> TopologyConstraint:
-    """Required / preferred level from meshfit, Kueue and (spec-level) Volcano settings; conflicts are errors."""
+                    preferred: str | None = None, spec_field: str = "spec.networkTopology") -> TopologyConstraint:
+    """Required / preferred level from meshfit, Kueue and spec-level settings (Volcano's `spec_field`, a PodGroup's
+    topology key); conflicts are errors."""
     req = pick_topology_level(where, "required", (ANNOTATION_REQUIRED_LEVEL, settings.get(ANNOTATION_REQUIRED_LEVEL)),
                       (KUEUE_REQUIRED_TOPOLOGY, settings.get(KUEUE_REQUIRED_TOPOLOGY)),
-                      ("spec.networkTopology", required))
+                      (spec_field, required))
     pref = pick_topology_level(where, "preferred", (ANNOTATION_PREFERRED_LEVEL, settings.get(ANNOTATION_PREFERRED_LEVEL)),
                        (KUEUE_PREFERRED_TOPOLOGY, settings.get(KUEUE_PREFERRED_TOPOLOGY)),
                        ("spec.networkTopology", preferred))
@@ -199,10 +200,17 @@ def size_without_owner(pod: dict, lookup: Lookup, owner: Mapping[str, Any] | Non
     return size
 
 
-def resolve_membership(pod: dict, lookup: Lookup, *, source: str, gang_name: str, index: int,
-                       size: int | None = None, owner: Mapping[str, Any] | None = None) -> GangMembership:
-    """Complete a source's answer (gang, index, maybe size) into a checked `GangMembership`."""
+def resolve_membership(pod: dict, lookup: Lookup, *, source: str, gang_name: str, index: int | None,
+                       size: int | None = None, owner: Mapping[str, Any] | None = None,
+                       required_level: str | None = None) -> GangMembership:
+    """Complete a source's answer (gang, index, maybe size and required level) into a checked `GangMembership`.
+
+    `index=None`: the pod has no index of its own; meshfit gives it a stable one (`GangMembership.own_index`).
+    `required_level` is a level the gang object itself requires (a PodGroup's topology key, which kube-scheduler's
+    group cycle places it by: `GangMembership.placement_key`)."""
     where = pod_label(pod)
+    own_index = index is not None
+    index = 0 if index is None else index
     gpus = pod_gpus(pod)
     settings, required, preferred = job_settings(pod, owner)
     if size is None:
@@ -219,7 +227,10 @@ def resolve_membership(pod: dict, lookup: Lookup, *, source: str, gang_name: str
     if text and policy is not None and ANNOTATION_RANKS in annotations(pod):  # bound at some dp: declare the max
         text = restated_parallelism(text, None, size, gpus)
     parallelism = _parallelism(text, size, gpus, where)
-    constraint = constraint_from(settings, where, required, preferred)
+    spec_field = "spec.networkTopology"
+    if required_level is not None:
+        spec_field, required = "spec.schedulingConstraints.topology", required_level
+    constraint = constraint_from(settings, where, required, preferred, spec_field)
     elastic = elastic_range(settings.get(ANNOTATION_ELASTIC), policy,
                             parallelism or Parallelism(tp=max(gpus, 1), dp=size), size, gpus, order, where,
                             constraint.has_slices)
@@ -227,7 +238,7 @@ def resolve_membership(pod: dict, lookup: Lookup, *, source: str, gang_name: str
         gang_key=f"{namespace_of(pod)}/{gang_name}", index=index, size=size, source=source,
         parallelism=parallelism, rank_order=order.strip().lower() if order else None,
         model=ModelShape.parse(model_text) if model_text else None,
-        constraint=constraint, gpus_per_pod=gpus, elastic=elastic)
+        constraint=constraint, gpus_per_pod=gpus, elastic=elastic, own_index=own_index, placement_key=required_level)
 
 
 def elastic_policy(owner: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -8,11 +8,16 @@ Two shapes, one source (the served version is found by discovery, `scheduler.kub
 - 1.36, `v1alpha2`: a `PodGroup` object carries `spec.schedulingPolicy.gang.minCount`; a pod points at it with
   `spec.schedulingGroup.podGroupName`.  The gang is the PodGroup.
 
-Only `gang` groups are gangs (a `basic` group's pods are scheduled one by one).  The gang size is `minCount`;
-a pod's index comes from `meshfit.io/pod-index`, else the Job completion index.  The Python client has no
-typed field for these yet: pods are read as raw JSON.  With kube-scheduler's in-tree `GangScheduling` plugin on,
-kube-scheduler holds the members at Permit and binds them together; meshfit filters and scores them (topology
-and ranks) and leaves their binding to kube-scheduler (`scheduler.kube.node_fit` marks them so).
+Only `gang` groups are gangs (a `basic` group's pods are scheduled one by one).  The gang size is `minCount`; a
+PodGroup's required level is its `spec.schedulingConstraints.topology[].key` (a node label key, one at most).  A
+pod's index comes from `meshfit.io/pod-index`, else the Job completion index; a member with neither gets a stable
+one from meshfit (`GangMembership.own_index` False, `scheduler.gangs.stable_index`), written to the pod with its ranks
+and kept for the pod that replaces it.  Which version the cluster serves is asked of the API server
+(`scheduler.kube.discovery`); the objects are told apart here by their shape, so either version's objects read the
+same.  The Python client has no typed field for these yet: pods are read as raw JSON.  With kube-scheduler's
+in-tree `GangScheduling` plugin on, kube-scheduler holds the members at Permit and binds them together; meshfit
+filters and scores them (topology and ranks) and leaves their binding to kube-scheduler (`scheduler.kube.node_fit`
+marks them so).
 """
 
 from __future__ import annotations
@@ -44,14 +49,30 @@ def _min_count(policy: Any, where: str) -> int | None:
     return count
 
 
-def _index(pod: dict, where: str) -> int:
+def _index(pod: dict, where: str) -> int | None:
+    """The pod's own index (`meshfit.io/pod-index`, else a Job completion index); None: meshfit gives it one."""
     index = explicit_index(pod, where)
-    if index is None:
-        index = optional_count(pod, COMPLETION_INDEX, where)
-    if index is None:
-        raise JobSpecError(f"{where}: a Workload pod group member needs an index: set meshfit.io/pod-index "
-                           f"(an Indexed Job's pods have one)")
-    return index
+    return optional_count(pod, COMPLETION_INDEX, where) if index is None else index
+
+
+def required_key(group: Mapping[str, Any], where: str) -> str | None:
+    """`spec.schedulingConstraints.topology[].key` of a v1alpha2 PodGroup (None without one); JobSpecError when
+    malformed or when several keys are given (the API allows one)."""
+    constraints = _spec(group).get("schedulingConstraints")
+    if constraints is None:
+        return None
+    topology = constraints.get("topology") if isinstance(constraints, Mapping) else None
+    if topology is None:
+        return None
+    if not isinstance(topology, list) or not all(isinstance(t, Mapping) for t in topology):
+        raise JobSpecError(f"{where}: spec.schedulingConstraints.topology must be a list of {{key: LABEL}}")
+    keys = [str(t.get("key") or "").strip() for t in topology]
+    if any(not key for key in keys):
+        raise JobSpecError(f"{where}: spec.schedulingConstraints.topology has an entry without a key")
+    if len(set(keys)) > 1:
+        raise JobSpecError(f"{where}: spec.schedulingConstraints.topology names {len(set(keys))} keys "
+                           f"{sorted(set(keys))}; one is supported")
+    return keys[0] if keys else None
 
 
 class WorkloadApiSource:
@@ -98,7 +119,7 @@ class WorkloadApiSource:
         if size is None:
             return None
         return resolve_membership(pod, lookup, source=NAME, gang_name=name, index=_index(pod, where), size=size,
-                                  owner=group)
+                                  owner=group, required_level=required_key(group, f"{where}: PodGroup {name}"))
 
 
 def factory() -> WorkloadApiSource:

@@ -27,6 +27,7 @@ from scheduler.cache.pod_record import PodRecord, controller_of, int_or_zero
 from scheduler.gangs.rendezvous import GivenRendezvous, given_from_annotations
 from scheduler.gangs.ledger import DEFAULT_TTL_SECONDS, ReservationLedger
 from scheduler.gangs.spares import parse_gang_spares
+from scheduler.cache.member_index import MemberIndexes
 from scheduler.cache.node_usage import NodeUsage
 from scheduler.cache.request_pods import RequestPods
 from scheduler.cache.state_objects import GangObjectsMixin
@@ -57,7 +58,7 @@ def _meta(obj: dict) -> tuple[str, str]:
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
-class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
+class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes):
     """Nodes, pods, gang objects and reservations behind one lock; see the module docstring."""
 
     def __init__(self, config: Any = None, tolerations: Iterable[Any] = (),
@@ -77,6 +78,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
         self._objects_epoch = 0
         self.gang_index: dict[str, dict[str, PodRecord]] = {}
         """Gang key -> uid -> record of every known member (for consistency checks and preemption)."""
+        self._awaiting_index: dict[str, dict[str, tuple[dict, bool]]] = {}  # see `MemberIndexes`
         self.invalid_pods: dict[str, PodRecord] = {}
         """uid -> record of every unfinished pod of meshfit's whose gang cannot be read (`GET /gangs`: invalid)."""
         self.generation = 0
@@ -130,9 +132,14 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
             for obj in objects:
                 self._store_object(obj)
             self.pods, self._uid_by_name, self.gang_index, self.requested, self.invalid_pods = {}, {}, {}, {}, {}
-            self.nominated_to, self.pending_outside = {}, {}
-            for pod in pods:
-                self._index(self._record(pod))
+            self.nominated_to, self.pending_outside, self._awaiting_index = {}, {}, {}
+            records = [(self._record(pod), pod) for pod in pods]
+            for record, _ in records:  # members with an index of their own first: they keep it
+                if record.member is None or record.member.own_index:
+                    self._index(record)
+            for record, pod in records:
+                if record.member is not None and not record.member.own_index:
+                    self._index(self.give_index(record, pod))
             self._rebuild_topology()
             self._release_vanished_slots()
             self.rebuild_from_bound_pods()
@@ -274,6 +281,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
         record = self._record(pod)
         record.from_watch = from_watch
         with self.lock:
+            record = self.give_index(record, pod)
             old_uid = self._uid_by_name.get((record.namespace, record.name))
             if old_uid is not None and old_uid != record.uid:
                 self._forget(self.pods[old_uid])
@@ -283,6 +291,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
             self._track_request_only(record)
             if self.member_pending is not None and record.member is not None and not record.node and from_watch:
                 self.member_pending(record)
+            if record.member is not None and record.phase in FINISHED_PHASES:
+                self.retry_awaiting(record.member.gang_key)
         return record
 
     def _index(self, record: PodRecord) -> None:
@@ -362,6 +372,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage):
             if entry is not None and key not in self.gang_index and self.ledger.get(key) is entry \
                     and not entry.has_bound():
                 self.ledger.unreserve(key)  # the whole gang is gone (job deleted): free what it held
+            self.retry_awaiting(key)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Forget a pod: its GPUs are released, and so is its gang slot."""

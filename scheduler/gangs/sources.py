@@ -43,6 +43,13 @@ class GangMembership:
     gpus_per_pod: int = 0
     elastic: ElasticRange | None = None
     """Elastic gangs: the data-parallel range it may run at (`scheduler.gangs.elastic`); None = fixed size."""
+    placement_key: str | None = None
+    """A node label kube-scheduler's own group cycle places this gang by (a 1.36 PodGroup's topology key): each
+    `/filter` offers the nodes of one domain of it, so a reserved node missing from an offer may just be in
+    another candidate placement (`scheduler.service.scheduling`)."""
+    own_index: bool = True
+    """False: the pod carries no index of its own (a PodGroup member); `index` is meshfit's stable choice, made by
+    `scheduler.gangs.stable_index` when the pod enters the cluster state, and written to the pod with its ranks."""
 
 
 class NotAGangMember(Exception):

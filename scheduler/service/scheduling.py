@@ -56,6 +56,13 @@ class FilterDecision:
     error: str = ""
 
 
+def node_label(nodes: dict[str, dict], name: str, key: str) -> str | None:
+    """Label `key` of the node `name` (None when the node or the label is unknown)."""
+    labels = ((nodes.get(name) or {}).get("metadata") or {}).get("labels") or {}
+    value = labels.get(key)
+    return None if value is None else str(value)
+
+
 def sampled_out_reason(gang_key: str, index: int, node: str, offered: int) -> str:
     """Reason given when a gang member's reserved node is missing from the offered list."""
     return (f"pod {index} of gang {gang_key} is reserved on node {node}, which is not among the "
@@ -277,6 +284,8 @@ class GangScheduler(BindVerb):
                 return FilterDecision(error=error)
             held_before = entry.node_of(record.member.index) if entry is not None else None
             pinned = bool(record.member.constraint.pod_domains)  # Kueue pinned each member: its offer is its own
+            if complete and not self._offer_covers(record, held_before, node_names):
+                complete = False  # one candidate placement of kube-scheduler's group cycle, not its filters' verdict
             if complete and not pinned and (held_before is None or held_before not in node_names):
                 offered = frozenset(node_names)
             if self.direct is not None:  # kube-scheduler is working on this member: its own /bind follows
@@ -301,6 +310,18 @@ class GangScheduler(BindVerb):
             wire = self.lifecycle.wire_reason(record, reason)
             return FilterDecision(failed={name: wire for name in node_names})
         return FilterDecision(nodes=[node])
+
+    def _offer_covers(self, record: PodRecord, node: str | None, node_names: list[str]) -> bool:
+        """False when kube-scheduler's group cycle offers this member one domain of its `placement_key` (one
+        candidate placement) and the reserved `node` is in another one or not chosen yet: then the offer says
+        nothing about kube-scheduler's filters, and meshfit's reservation is not narrowed to it."""
+        key = record.member.placement_key
+        if not key:
+            return True
+        if node is None:
+            return False
+        domain = node_label(self.state.nodes, node, key)
+        return domain is not None and any(node_label(self.state.nodes, name, key) == domain for name in node_names)
 
     def _unoffered(self, record: PodRecord, entry: Reservation, node: str, offered: frozenset[str] | None,
                    count: int, complete: bool) -> tuple[str | None, str]:

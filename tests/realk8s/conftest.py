@@ -3,9 +3,15 @@
 `control_plane` (session) starts etcd and kube-apiserver once; `kube` gives each test a clean slate
 (no Nodes, no pods left from earlier tests, a fresh namespace); `meshfit_scheduler(**options)`
 starts `meshfit serve` and then kube-scheduler pointed at it, and stops both at the test's end.
-Tests here are marked `realk8s` and run once per Kubernetes version found (`tests.realk8s.binaries`:
+Tests here are marked `realk8s` and are collected once per Kubernetes version found (`tests.realk8s.binaries`:
 `$MESHFIT_K8S_BIN`, else the per-user cache; test ids carry `k8s-1.26`, `k8s-1.35`, ...), and are skipped
 with the reason when no binaries or no openssl are present.
+
+Which versions a test runs on (`k8s_versions` marker, see `version_skip_reason`): a test whose subject differs
+between versions (kube-scheduler's binding, nomination, requeue and preemption paths, the Job controller, an API
+that exists in some versions only) says so with `k8s_versions(every=True, why=...)` and runs on each version,
+within `min` / `max` when given; every other test is version-independent and runs on the newest version found
+only, unless `MESHFIT_REALK8S_ALL_VERSIONS=1`.  The skips say why.
 """
 
 from __future__ import annotations
@@ -27,17 +33,53 @@ _HERE = Path(__file__).resolve().parent
 _COUNTER = itertools.count(1)
 
 
+ALL_VERSIONS_ENV = "MESHFIT_REALK8S_ALL_VERSIONS"
+"""Set to 1: version-independent tests run on every version found, not only the newest."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the `realk8s` marker."""
+    """Register the `realk8s` and `k8s_versions` markers."""
     config.addinivalue_line("markers", "realk8s: needs real etcd / kube-apiserver / kube-scheduler binaries "
                                        "($MESHFIT_K8S_BIN)")
+    config.addinivalue_line("markers", "k8s_versions(every=False, min=None, max=None, why=''): which Kubernetes "
+                                       "versions a realk8s test runs on (tests/realk8s/conftest.py)")
+
+
+def _minor(text: str | None) -> tuple[int, int] | None:
+    return tuple(int(p) for p in str(text).split(".")[:2]) if text else None  # type: ignore[return-value]
+
+
+def version_skip_reason(marker: pytest.Mark | None, install: K8sInstall, newest: K8sInstall,
+                        all_versions: bool) -> str | None:
+    """Why a realk8s test does not run on `install` (None: it runs).  See the module docstring."""
+    options = dict(marker.kwargs) if marker is not None else {}
+    why = str(options.get("why") or "")
+    low, high = _minor(options.get("min")), _minor(options.get("max"))
+    if low is not None and install.version[:2] < low:
+        return f"needs Kubernetes {options['min']} or newer ({why}); these binaries are {install.full}"
+    if high is not None and install.version[:2] > high:
+        return f"Kubernetes {options['max']} and older only ({why}); these binaries are {install.full}"
+    if options.get("every") or all_versions or install.version[:2] == newest.version[:2]:
+        return None
+    return (f"version-independent: runs on the newest Kubernetes found ({newest.full}) only; "
+            f"{ALL_VERSIONS_ENV}=1 runs it on every version")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test collected under tests/realk8s with `realk8s`."""
+    """Mark every test collected under tests/realk8s with `realk8s`, and skip it on the versions it does not
+    concern (`version_skip_reason`)."""
+    newest = next((i for i in reversed(INSTALLS) if i is not None), None)
+    all_versions = os.environ.get(ALL_VERSIONS_ENV, "") not in ("", "0")
     for item in items:
-        if _HERE in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.realk8s)
+        if _HERE not in Path(str(item.fspath)).resolve().parents:
+            continue
+        item.add_marker(pytest.mark.realk8s)
+        install = getattr(getattr(item, "callspec", None), "params", {}).get("k8s_install")
+        if install is None or newest is None:
+            continue
+        reason = version_skip_reason(item.get_closest_marker("k8s_versions"), install, newest, all_versions)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def _installs() -> list[K8sInstall | None]:

@@ -29,6 +29,7 @@ from scheduler.kube.api import request_bytes
 from tests.realk8s.binaries import K8sInstall, binary_version, cache_root
 from tests.realk8s.cluster_builders import GPU, LEAF_LABEL, PARALLELISM, SCHEDULER_NAME, create_nodes, wait_for
 from tests.realk8s.conftest import clean_slate
+from tests.service.test_service_tls import client_context, make_test_pki
 from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, free_port, http_ok, wait_until
 
 PLUGIN_ENV = "MESHFIT_KS_PLUGIN_BIN"
@@ -38,6 +39,8 @@ RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha2=true"
 GROUP, VERSION = "scheduling.k8s.io", "v1alpha2"
 GROUP_LABEL = "test.meshfit.io/pod-group"
 GPUS = 8
+
+pytestmark = pytest.mark.realk8s
 
 
 def plugin_binary() -> tuple[Path | None, str]:
@@ -64,7 +67,7 @@ def install_136() -> tuple[K8sInstall | None, str]:
     return None, f"no Kubernetes 1.36 binaries (kube-apiserver; etcd) in {' or '.join(map(str, folders))}"
 
 
-def plugin_scheduler_config(kubeconfig: Path, endpoint: str) -> dict:
+def plugin_scheduler_config(kubeconfig: Path, endpoint: str, tls: dict | None = None) -> dict:
     """A KubeSchedulerConfiguration whose `meshfit` profile uses the plugin as its placement generator and binder."""
     me = [{"name": PLUGIN}]
     return {
@@ -78,7 +81,7 @@ def plugin_scheduler_config(kubeconfig: Path, endpoint: str) -> dict:
                 "preFilter": {"enabled": me},
                 "bind": {"enabled": [*me, {"name": "DefaultBinder"}], "disabled": [{"name": "DefaultBinder"}]},
             },
-            "pluginConfig": [{"name": PLUGIN, "args": {"endpoint": endpoint, "timeoutSeconds": 10}}],
+            "pluginConfig": [{"name": PLUGIN, "args": {"endpoint": endpoint, "timeoutSeconds": 10, **(tls or {})}}],
         }],
     }
 
@@ -101,13 +104,25 @@ def plane(request: pytest.FixtureRequest) -> ControlPlane:
 
 
 @pytest.fixture
-def env(plane: ControlPlane, request: pytest.FixtureRequest):
-    """A clean namespace, meshfit serve (gRPC on) and the plugin-built kube-scheduler pointed at it."""
+def env(plane: ControlPlane, request: pytest.FixtureRequest, tmp_path: Path):
+    """A clean namespace, meshfit serve (gRPC on) and the plugin-built kube-scheduler pointed at it.
+
+    Parametrised indirectly with a client certificate name: meshfit then serves gRPC over mutual TLS (verbs for
+    CN kube-scheduler only) and kube-scheduler presents that certificate."""
     from kubernetes.client import CustomObjectsApi
     kube = clean_slate(plane)
     grpc_port = free_port()
+    cert = getattr(request, "param", None)
+    flags, tls, context = [], None, None
+    if cert is not None:
+        pki = make_test_pki(tmp_path / "pki")
+        flags = ["--tls-cert-file", str(pki / "server.crt"), "--tls-private-key-file", str(pki / "server.key"),
+                 "--client-ca-file", str(pki / "ca.crt"), "--allowed-client-names", "kube-scheduler"]
+        tls = {"caFile": str(pki / "ca.crt"), "certFile": str(pki / f"{cert}.crt"),
+               "keyFile": str(pki / f"{cert}.key"), "serverName": "localhost"}
+        context = client_context(pki)
     meshfit = MeshfitProcess(plane.kubeconfig, plane.logs / f"meshfit-{kube.namespace}.log",
-                             extra_args=["--grpc-port", str(grpc_port)])
+                             extra_args=["--grpc-port", str(grpc_port), *flags], tls_context=context)
     scheduler: list[ManagedProcess] = []
 
     def finish() -> None:
@@ -120,7 +135,8 @@ def env(plane: ControlPlane, request: pytest.FixtureRequest):
     meshfit.start()
     kube.extra_logs.append(meshfit.process)
     config = plane.run_dir / f"plugin-scheduler-{kube.namespace}.json"
-    config.write_text(json.dumps(plugin_scheduler_config(plane.scheduler_kubeconfig, f"127.0.0.1:{grpc_port}")))
+    config.write_text(json.dumps(plugin_scheduler_config(plane.scheduler_kubeconfig, f"127.0.0.1:{grpc_port}",
+                                                         tls)))
     port = free_port()
     process = ManagedProcess("kube-scheduler+meshfit", [
         str(plane.plugin_binary), f"--config={config}", "--bind-address=127.0.0.1", f"--secure-port={port}",
@@ -132,7 +148,7 @@ def env(plane: ControlPlane, request: pytest.FixtureRequest):
     wait_until(lambda: http_ok(f"https://127.0.0.1:{port}/healthz", insecure), 30, process, "/healthz")
     kube.custom = CustomObjectsApi(kube.api_client)
     kube.scheduler_log = process.log_path
-    kube.meshfit_url = meshfit.url
+    kube.meshfit_url, kube.meshfit_context = meshfit.url, context
     return kube
 
 
@@ -179,7 +195,7 @@ def bound(kube: Any, group: str) -> tuple[int, int]:
 
 def meshfit_bindings(kube: Any) -> float:
     """Binding API calls meshfit itself made (`meshfit_binding_seconds_count`, every label)."""
-    with urllib.request.urlopen(f"{kube.meshfit_url}/metrics", timeout=10) as response:
+    with urllib.request.urlopen(f"{kube.meshfit_url}/metrics", timeout=10, context=kube.meshfit_context) as response:
         text = response.read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("meshfit_binding_seconds_count"))
@@ -232,3 +248,24 @@ def test_a_pod_group_that_does_not_fit_waits_whole_with_a_reason_then_binds_whol
     create_nodes(env.core, 1, gpus=GPUS, leaf_size=4, start=3)  # room for the whole gang in the same leaf
     wait_for(lambda: bound(env, "big") == (4, 4), timeout=90,
              message=lambda _: f"not bound whole after room appeared: {bound(env, 'big')}\n{logs(env)}")
+
+
+@pytest.mark.parametrize("env", ["kube-scheduler"], indirect=True, ids=["mtls"])
+def test_over_mutual_tls_the_gang_binds_whole(env):
+    create_nodes(env.core, 8, gpus=GPUS, leaf_size=4)
+    create_pod_group(env, "secure", 2)
+    create_members(env, "secure", 2, "tp=8,dp=2")
+    wait_for(lambda: bound(env, "secure") == (2, 2), timeout=60,
+             message=lambda _: f"gang not bound whole over mTLS: {bound(env, 'secure')}\n{logs(env)}")
+    assert meshfit_bindings(env) == 0
+
+
+@pytest.mark.parametrize("env", ["intruder"], indirect=True, ids=["wrong-client"])
+def test_a_scheduler_meshfit_does_not_allow_places_nothing(env):
+    create_nodes(env.core, 8, gpus=GPUS, leaf_size=4)
+    create_pod_group(env, "denied", 2)
+    create_members(env, "denied", 2, "tp=8,dp=2")
+    wait_for(lambda: "PERMISSION_DENIED" in env.scheduler_log.read_text() or "PermissionDenied"
+             in env.scheduler_log.read_text(), timeout=30, message=lambda _: logs(env))
+    assert bound(env, "denied")[0] == 0
+    assert env.meshfit_url.startswith("https://")

@@ -8,7 +8,7 @@
     python tests/bench/realk8s_group_cycle.py [--nodes 64] [--gangs 16] [--pods 4] [--used 0.0] [--json out.json]
 
 Each gang: a Workload + PodGroup (gang minCount = its size, required key: the leaf, or the spine for a gang
-larger than a leaf's free room can hold) and index-less 8-GPU pods with `spec.schedulingGroup`.  `--used 0.6`
+larger than a leaf's free room can hold) and index-less pods of `--gpus-per-pod` GPUs (8) with `spec.schedulingGroup`.  `--used 0.6`
 first binds filler pods straight to nodes (0-8 GPUs each, about that fraction in all: a fragmented cluster), and
 mixes gang sizes (`--pods` is then the largest).  The burst is created before any scheduler starts; numbers
 count from the moment kube-scheduler starts (meshfit, where it takes part, is up and synced before):
@@ -85,7 +85,8 @@ def fill(core: CoreV1Api, nodes: list[str], used: float, seed: int) -> int:
     return total
 
 
-def create_burst(core: CoreV1Api, custom: CustomObjectsApi, ns: str, sizes: list[int], spine_from: int) -> None:
+def create_burst(core: CoreV1Api, custom: CustomObjectsApi, ns: str, sizes: list[int], spine_from: int,
+                 gpus: int) -> None:
     """Every gang's Workload + PodGroup, then all members (16 threads)."""
     for g, size in enumerate(sizes):
         name = f"g{g:03d}"
@@ -101,10 +102,10 @@ def create_burst(core: CoreV1Api, custom: CustomObjectsApi, ns: str, sizes: list
                      "schedulingPolicy": policy, "schedulingConstraints": constraints}})
     bodies = [{"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": f"g{g:03d}-{i:02d}", "labels": {"bench.meshfit.io/gang": f"g{g:03d}"},
-                            "annotations": {"meshfit.io/parallelism": f"tp={GPUS},dp={size}"}},
+                            "annotations": {"meshfit.io/parallelism": f"tp={gpus},dp={size}"}},
                "spec": {"schedulerName": "meshfit", "schedulingGroup": {"podGroupName": f"g{g:03d}"},
                         "containers": [{"name": "main", "image": "busybox", "resources": {
-                            "requests": {GPU: str(GPUS)}, "limits": {GPU: str(GPUS)}}}]}}
+                            "requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}}}]}}
               for g, size in enumerate(sizes) for i in range(size)]
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda body: core.create_namespaced_pod(ns, body), bodies))  # a dict: sent as is
@@ -139,7 +140,7 @@ def start_mode(plane: ControlPlane, mode: str, tag: str) -> tuple[list, float]:
     return processes, started
 
 
-def gang_costs(core: CoreV1Api, ns: str, state: ClusterState) -> dict[str, float]:
+def gang_costs(core: CoreV1Api, ns: str, state: ClusterState, gpus: int) -> dict[str, float]:
     """Predicted step communication seconds of every gang bound whole."""
     by_gang: dict[str, list[dict]] = {}
     for pod in raw_list(core, "pods"):
@@ -155,8 +156,8 @@ def gang_costs(core: CoreV1Api, ns: str, state: ClusterState) -> dict[str, float
             return (int(given), "") if given is not None else (0, pod["metadata"]["name"])
 
         ordered = sorted(pods, key=index)
-        job = Gang(ns, gang, tuple(PodSlot(i, p["metadata"]["name"], GPUS) for i, p in enumerate(ordered)),
-                   Parallelism(tp=GPUS, dp=len(ordered)))
+        job = Gang(ns, gang, tuple(PodSlot(i, p["metadata"]["name"], gpus) for i, p in enumerate(ordered)),
+                   Parallelism(tp=gpus, dp=len(ordered)))
         nodes = [state.topology.node_by_name[p["spec"]["nodeName"]].index for p in ordered]
         costs[gang] = estimate_cost(job, nodes, state.topology).step_comm_seconds
     return costs
@@ -174,7 +175,7 @@ def run_mode(plane: ControlPlane, core: CoreV1Api, custom: CustomObjectsApi, mod
              spine_from: int, state: ClusterState, args: argparse.Namespace) -> dict:
     """One mode, in a fresh namespace: burst, schedule, measure, clean up."""
     ns = namespace(core, f"{mode}-{int(time.time()) % 100000}")
-    create_burst(core, custom, ns, sizes, spine_from)
+    create_burst(core, custom, ns, sizes, spine_from, args.gpus_per_pod)
     watcher = BindWatch(core, ns)
     before = api_writes(plane)
     processes, started = start_mode(plane, mode, ns)
@@ -188,7 +189,13 @@ def run_mode(plane: ControlPlane, core: CoreV1Api, custom: CustomObjectsApi, mod
         whole = {g: max(bound_at[p] for p in pods) - started for g, pods in members.items()
                  if all(p in bound_at for p in pods)}
         partly = sum(1 for pods in members.values() if 0 < sum(p in bound_at for p in pods) < len(pods))
-        costs = gang_costs(core, ns, state)
+        costs = gang_costs(core, ns, state, args.gpus_per_pod)
+        waiting = {}
+        for pod in core.list_namespaced_pod(ns).items:
+            gang = pod.metadata.labels["bench.meshfit.io/gang"]
+            if gang not in whole and gang not in waiting:
+                why = [c.message for c in (pod.status.conditions or []) if c.type == "PodScheduled" and c.message]
+                waiting[gang] = f"size {len(members[gang])}: " + (why[0][:240] if why else "no condition")
         total_writes = sum(writes.values())
         result = {
             "mode": mode, "pods": sum(sizes), "bound": len(bound_at), **rate(bound_at.values()),
@@ -197,7 +204,7 @@ def run_mode(plane: ControlPlane, core: CoreV1Api, custom: CustomObjectsApi, mod
             "start_to_gang_bound_p99_s": quantile(list(whole.values()), 0.99),
             "writes_per_bound_pod": round(total_writes / len(bound_at), 2) if bound_at else None,
             "writes": writes, "overcommitted_nodes": overcommitted(core),
-            "step_comm_seconds": costs,
+            "step_comm_seconds": costs, "waiting": waiting,
             "step_comm_mean_s": round(statistics.fmean(costs.values()), 4) if costs else None,
         }
     finally:
@@ -217,6 +224,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--gangs", type=int, default=16)
     parser.add_argument("--pods", type=int, default=4, help="pods per gang (the largest, with --used)")
+    parser.add_argument("--gpus-per-pod", type=int, default=GPUS, choices=(1, 2, 4, 8))
     parser.add_argument("--used", type=float, default=0.0, help="fraction of GPUs taken by filler pods first")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", type=float, default=6.0, help="seconds without a new bind that end a run")
@@ -242,11 +250,11 @@ def main() -> None:
         sizes = shapes(args)
         spine_from = (LEAF_SIZE // 2) if args.used else LEAF_SIZE + 1
         print(f"# 1.36 group cycle: {args.nodes} nodes x {GPUS} GPUs, {filled} GPUs filled, {len(sizes)} gangs "
-              f"({sum(sizes)} pods, sizes {sorted(set(sizes))}), kube-apiserver {install.full}", flush=True)
+              f"({sum(sizes)} pods of {args.gpus_per_pod} GPUs, sizes {sorted(set(sizes))}), kube-apiserver {install.full}", flush=True)
         for mode in args.modes.split(","):
             result = run_mode(plane, core, custom, mode, sizes, spine_from, state, args)
             results.append(result)
-            print(json.dumps({k: v for k, v in result.items() if k not in ("writes", "step_comm_seconds")}),
+            print(json.dumps({k: v for k, v in result.items() if k not in ("writes", "step_comm_seconds", "waiting")}),
                   flush=True)
     finally:
         plane.stop()

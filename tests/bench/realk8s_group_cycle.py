@@ -13,6 +13,9 @@ first binds filler pods straight to nodes (0-8 GPUs each, about that fraction in
 mixes gang sizes (`--pods` is then the largest).  The burst is created before any scheduler starts; numbers
 count from the moment kube-scheduler starts (meshfit, where it takes part, is up and synced before):
 
+`--no-key` drops the topology key in every mode; the mode `gang-only` (`--modes gang-only,in-tree,plugin`) is
+stock kube-scheduler with the same gangs and no key: the gang-scheduling-alone baseline.
+
 - pods/s between the first and the last bind; start -> gang bound p50 / p99 (gangs bound whole);
 - API writes per bound pod (the API server's own counts of write requests from before meshfit starts, the burst's
   creation excluded);
@@ -55,6 +58,7 @@ from tests.realk8s.test_placement_plugin import (  # noqa: E402
 
 GPU, GPUS, LEAF_SIZE = "nvidia.com/gpu", 8, 16
 MODES = ("in-tree", "plugin", "extender")
+"""The default modes; `gang-only` (stock kube-scheduler, the same gangs with no topology key) may be added."""
 
 
 def shapes(args: argparse.Namespace) -> list[int]:
@@ -85,21 +89,21 @@ def fill(core: CoreV1Api, nodes: list[str], used: float, seed: int) -> int:
     return total
 
 
-def create_burst(core: CoreV1Api, custom: CustomObjectsApi, ns: str, sizes: list[int], spine_from: int,
+def create_burst(core: CoreV1Api, custom: CustomObjectsApi, ns: str, sizes: list[int], spine_from: int | None,
                  gpus: int) -> None:
-    """Every gang's Workload + PodGroup, then all members (16 threads)."""
+    """Every gang's Workload + PodGroup (no topology key when `spine_from` is None), then all members (16 threads)."""
     for g, size in enumerate(sizes):
         name = f"g{g:03d}"
-        key = SPINE_LABEL if size >= spine_from else LEAF_LABEL
-        policy, constraints = {"gang": {"minCount": size}}, {"topology": [{"key": key}]}
+        key = (SPINE_LABEL if size >= spine_from else LEAF_LABEL) if spine_from else None
+        policy, constraints = {"gang": {"minCount": size}}, ({"schedulingConstraints": {"topology": [{"key": key}]}}
+                                                             if key else {})
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "workloads", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": {"name": name},
-            "spec": {"podGroupTemplates": [{"name": "w", "schedulingPolicy": policy,
-                                            "schedulingConstraints": constraints}]}})
+            "spec": {"podGroupTemplates": [{"name": "w", "schedulingPolicy": policy, **constraints}]}})
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "podgroups", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
             "spec": {"podGroupTemplateRef": {"workload": {"workloadName": name, "podGroupTemplateName": "w"}},
-                     "schedulingPolicy": policy, "schedulingConstraints": constraints}})
+                     "schedulingPolicy": policy, **constraints}})
     bodies = [{"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": f"g{g:03d}-{i:02d}", "labels": {"bench.meshfit.io/gang": f"g{g:03d}"},
                             "annotations": {"meshfit.io/parallelism": f"tp={gpus},dp={size}"}},
@@ -115,7 +119,7 @@ def start_mode(plane: ControlPlane, mode: str, tag: str) -> tuple[list, float]:
     """The processes of one mode (meshfit first, ready, where it takes part) and when kube-scheduler started."""
     processes: list = []
     gates = [f"--feature-gates={GATES}"]
-    if mode != "in-tree":
+    if mode not in ("in-tree", "gang-only"):
         grpc_port = free_port()
         meshfit = MeshfitProcess(plane.kubeconfig, plane.logs / f"meshfit-{tag}.log",
                                  extra_args=["--grpc-port", str(grpc_port)], ready_timeout=120).start()
@@ -175,7 +179,8 @@ def run_mode(plane: ControlPlane, core: CoreV1Api, custom: CustomObjectsApi, mod
              spine_from: int, state: ClusterState, args: argparse.Namespace) -> dict:
     """One mode, in a fresh namespace: burst, schedule, measure, clean up."""
     ns = namespace(core, f"{mode}-{int(time.time()) % 100000}")
-    create_burst(core, custom, ns, sizes, spine_from, args.gpus_per_pod)
+    no_key = args.no_key or mode == "gang-only"
+    create_burst(core, custom, ns, sizes, None if no_key else spine_from, args.gpus_per_pod)
     watcher = BindWatch(core, ns)
     before = api_writes(plane)
     processes, started = start_mode(plane, mode, ns)
@@ -226,6 +231,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=4, help="pods per gang (the largest, with --used)")
     parser.add_argument("--gpus-per-pod", type=int, default=GPUS, choices=(1, 2, 4, 8))
     parser.add_argument("--used", type=float, default=0.0, help="fraction of GPUs taken by filler pods first")
+    parser.add_argument("--no-key", action="store_true", help="gangs with no topology key (gang scheduling only)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", type=float, default=6.0, help="seconds without a new bind that end a run")
     parser.add_argument("--timeout", type=float, default=180.0)

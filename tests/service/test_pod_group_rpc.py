@@ -113,3 +113,23 @@ def test_a_pod_outside_any_gang_is_invalid_argument(rpc):
     with pytest.raises(grpc.RpcError) as caught:
         stub.PlacePodGroup(request([pod], service=service))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a member of any gang" in caught.value.details()
+
+
+def test_the_go_plugins_embedded_descriptor_matches_the_python_stubs():
+    """kubeplugin/placement.desc (what the Go plugin builds its messages from) is the proto the stubs were made of."""
+    from pathlib import Path
+
+    from google.protobuf import descriptor_pb2
+
+    desc = Path(__file__).resolve().parents[2] / "kubeplugin" / "placement.desc"
+    embedded = descriptor_pb2.FileDescriptorSet.FromString(desc.read_bytes())
+    stubs = descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb)
+    assert [f.name for f in embedded.file] == ["meshfit/v1/placement.proto"]
+    theirs = embedded.file[0]
+    messages = list(theirs.message_type)
+    while messages:  # protoc's descriptor sets carry json_name; the Python stubs' copy leaves it out
+        message = messages.pop()
+        messages.extend(message.nested_type)
+        for field in message.field:
+            field.ClearField("json_name")
+    assert theirs == stubs, "regenerate kubeplugin/placement.desc (kubeplugin/README.md)"

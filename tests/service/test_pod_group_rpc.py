@@ -9,7 +9,9 @@ import pytest
 
 from scheduler.gangs.ledger import SLOT_BOUND, SLOT_RESERVED
 from scheduler.handoff.assignment import parse_assignment
+from scheduler.service.actions import MemoryActions
 from scheduler.service.grpc_service import serve_grpc
+from scheduler.service.pod_group_rpc import place_pod_group
 from scheduler.service.proto.meshfit.v1 import placement_pb2 as pb
 from scheduler.service.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc
 from tests.service.helpers import gang_pod, make_pod, make_service
@@ -133,3 +135,20 @@ def test_the_go_plugins_embedded_descriptor_matches_the_python_stubs():
         for field in message.field:
             field.ClearField("json_name")
     assert theirs == stubs, "regenerate kubeplugin/placement.desc (kubeplugin/README.md)"
+
+
+@pytest.mark.parametrize("through", ["extender-filter", "group-cycle"])
+def test_members_placed_for_the_group_cycle_are_never_requeued_by_meshfit(through):
+    """kube-scheduler's own queue retries a PodGroup; the extender path's requeue of quiet members is not for them."""
+    service = make_service(actions=MemoryActions(), synchronous_actions=True)
+    pods = [gang_pod("llm", i, 2, parallelism="tp=8,dp=2") for i in range(2)]
+    observe(service, pods)
+    if through == "group-cycle":
+        assert place_pod_group(service.scheduler, request(pods, service=service)).status == "placed"
+    else:
+        for pod in pods:
+            assert service.scheduler.filter(pod, sorted(service.state.topology.node_by_name)).nodes
+    service.clock.advance(60.0)  # reserved, not bound, quiet for a minute
+    service.scheduler.tick()
+    requeued = {c.pod.name for c in service.scheduler.actions.of("requeue")}
+    assert requeued == (set() if through == "group-cycle" else {"llm-0", "llm-1"}), requeued

@@ -80,6 +80,8 @@ class GangLifecycle(GangAdmission):
         """Pod uid -> when a tick first saw it pending in the watch."""
         self.group_cycle: dict[str, float] = {}
         """Pod uid -> when kube-scheduler's group cycle last asked for it (`PlacePodGroup`): its queue retries it."""
+        self.group_cycle_sources: frozenset[str] = frozenset()
+        """Gang sources whose members only kube-scheduler's group cycle places (`meshfit serve --group-cycle`)."""
         self.scheduler_names: frozenset[str] = SCHEDULER_NAMES
         """`spec.schedulerName`s whose pending gangs meshfit queues from the watch (its kube-scheduler profile)."""
         self.observe_wait: Callable[[str, float], None] | None = None
@@ -214,7 +216,7 @@ class GangLifecycle(GangAdmission):
             self.told.pop(record.uid, None)
             parked = record.uid in self.turned_away or (by is None and record.uid not in self.seen)
             if parked and (by is None or record.uid != by.uid) and self.leaves_to_kube(record) \
-                    and record.uid not in self.group_cycle:  # refused before,
+                    and not self.in_group_cycle(record):  # refused before,
                 self._requeue(record, entry.node_of(record.member.index))  # or never asked about: it may be parked
         self.observe(entry.gang_key)
 
@@ -398,7 +400,7 @@ class GangLifecycle(GangAdmission):
     def _requeue_overdue(self, entry: Reservation, now: float) -> None:
         for record in self.members(entry.gang_key):
             if record.node or entry.node_of(record.member.index) is None or not self.leaves_to_kube(record) \
-                    or record.uid in self.group_cycle:
+                    or self.in_group_cycle(record):
                 continue
             slot = entry.slots[record.member.index]
             if slot.state != SLOT_RESERVED:

@@ -1,7 +1,7 @@
 """kube-scheduler 1.36's group cycle, three ways, on one 1.36 control plane: the same PodGroup burst placed by
 
 1. `in-tree`: stock kube-scheduler, its `TopologyPlacementGenerator` (one placement per domain of the key);
-2. `plugin`: kube-scheduler built with `kubeplugin/` (MeshfitPlacement) + `meshfit serve` over gRPC;
+2. `plugin`: kube-scheduler built with `kubeplugin/` (MeshfitPlacement) + `meshfit serve --group-cycle` (gRPC);
 3. `extender`: stock kube-scheduler + `meshfit serve` as extender (the shipped profile; meshfit's direct binder
    leaves PodGroup members to kube-scheduler's `/bind`, so kube-scheduler asks meshfit to bind them).
 
@@ -122,7 +122,9 @@ def start_mode(plane: ControlPlane, mode: str, tag: str) -> tuple[list, float]:
     if mode not in ("in-tree", "gang-only"):
         grpc_port = free_port()
         meshfit = MeshfitProcess(plane.kubeconfig, plane.logs / f"meshfit-{tag}.log",
-                                 extra_args=["--grpc-port", str(grpc_port)], ready_timeout=120).start()
+                                 extra_args=["--grpc-port", str(grpc_port),
+                                             *(["--group-cycle"] if mode == "plugin" else [])],
+                                 ready_timeout=120).start()
         processes.append(meshfit)
     if mode == "plugin":
         config = plugin_scheduler_config(plane.scheduler_kubeconfig, f"127.0.0.1:{grpc_port}")

@@ -122,7 +122,7 @@ def env(plane: ControlPlane, request: pytest.FixtureRequest, tmp_path: Path):
                "keyFile": str(pki / f"{cert}.key"), "serverName": "localhost"}
         context = client_context(pki)
     meshfit = MeshfitProcess(plane.kubeconfig, plane.logs / f"meshfit-{kube.namespace}.log",
-                             extra_args=["--grpc-port", str(grpc_port), *flags], tls_context=context)
+                             extra_args=["--grpc-port", str(grpc_port), "--group-cycle", *flags], tls_context=context)
     scheduler: list[ManagedProcess] = []
 
     def finish() -> None:

@@ -152,3 +152,21 @@ def test_members_placed_for_the_group_cycle_are_never_requeued_by_meshfit(throug
     service.scheduler.tick()
     requeued = {c.pod.name for c in service.scheduler.actions.of("requeue")}
     assert requeued == (set() if through == "group-cycle" else {"llm-0", "llm-1"}), requeued
+
+
+@pytest.mark.parametrize("group_cycle", [False, True], ids=["extender", "serve --group-cycle"])
+def test_with_group_cycle_on_meshfit_neither_reserves_unasked_gangs_nor_requeues_them(group_cycle):
+    """`meshfit serve --group-cycle`: a gang kube-scheduler has not reached yet waits in its queue untouched."""
+    service = make_service(actions=MemoryActions(), synchronous_actions=True)
+    if group_cycle:  # what the flag wires for the Workload API source; the label source stands in for it here
+        service.scheduler.lifecycle.group_cycle_sources = frozenset({"meshfit-label"})
+    for i in range(2):
+        pod = gang_pod("llm", i, 2, parallelism="tp=8,dp=2")
+        pod["spec"]["schedulerName"] = "meshfit"
+        service.state.upsert_pod(pod)
+    for _ in range(3):  # never asked about for 90 s
+        service.clock.advance(30.0)
+        service.scheduler.tick()
+    reserved = service.state.ledger.get("default/llm") is not None
+    requeued = sorted({c.pod.name for c in service.scheduler.actions.of("requeue")})
+    assert (reserved, requeued) == ((False, []) if group_cycle else (True, ["llm-0", "llm-1"]))

@@ -115,7 +115,7 @@ def create_burst(core: CoreV1Api, custom: CustomObjectsApi, ns: str, sizes: list
         list(pool.map(lambda body: core.create_namespaced_pod(ns, body), bodies))  # a dict: sent as is
 
 
-def start_mode(plane: ControlPlane, mode: str, tag: str) -> tuple[list, float]:
+def start_mode(plane: ControlPlane, mode: str, tag: str, qps: float | None = None) -> tuple[list, float]:
     """The processes of one mode (meshfit first, ready, where it takes part) and when kube-scheduler started."""
     processes: list = []
     gates = [f"--feature-gates={GATES}"]
@@ -137,6 +137,8 @@ def start_mode(plane: ControlPlane, mode: str, tag: str) -> tuple[list, float]:
                   "leaderElection": {"leaderElect": False}, "podInitialBackoffSeconds": 1,
                   "podMaxBackoffSeconds": 5, "profiles": [{"schedulerName": "meshfit"}]}
         binary = str(plane.bin_dir / "kube-scheduler")
+    if qps:  # kube-scheduler's API client limits (default qps 50, burst 100) cap every mode alike
+        config["clientConnection"].update({"qps": qps, "burst": int(2 * qps)})
     path = plane.run_dir / f"scheduler-{tag}.json"
     path.write_text(json.dumps(config))
     started = time.time()
@@ -185,7 +187,7 @@ def run_mode(plane: ControlPlane, core: CoreV1Api, custom: CustomObjectsApi, mod
     create_burst(core, custom, ns, sizes, None if no_key else spine_from, args.gpus_per_pod)
     watcher = BindWatch(core, ns)
     before = api_writes(plane)
-    processes, started = start_mode(plane, mode, ns)
+    processes, started = start_mode(plane, mode, ns, args.qps)
     try:
         wait_quiet(watcher, args.quiet, args.timeout)
         writes = diff(api_writes(plane), before)
@@ -234,6 +236,7 @@ def main() -> None:
     parser.add_argument("--gpus-per-pod", type=int, default=GPUS, choices=(1, 2, 4, 8))
     parser.add_argument("--used", type=float, default=0.0, help="fraction of GPUs taken by filler pods first")
     parser.add_argument("--no-key", action="store_true", help="gangs with no topology key (gang scheduling only)")
+    parser.add_argument("--qps", type=float, help="kube-scheduler's clientConnection qps (burst 2x) in every mode")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", type=float, default=6.0, help="seconds without a new bind that end a run")
     parser.add_argument("--timeout", type=float, default=180.0)

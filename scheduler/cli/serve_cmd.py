@@ -195,6 +195,10 @@ def register(app: typer.Typer) -> None:
                                          help="Real mode: once a gang is reserved, meshfit binds its members itself "
                                               "(after checking each against its node), instead of waiting for "
                                               "kube-scheduler to reach every member (docs/architecture.md)."),
+        group_cycle: bool = typer.Option(False, "--group-cycle",
+                                         help="kube-scheduler 1.36 runs the MeshfitPlacement plugin (kubeplugin/): "
+                                              "PodGroup members are placed only when its group cycle asks "
+                                              "(gRPC PlacePodGroup), never queued unasked or requeued by meshfit."),
         bind_workers: int = typer.Option(16, "--bind-workers", help="Bindings meshfit posts in parallel (1-256)."),
         bind_fence_seconds: float = typer.Option(
             2.0, "--bind-fence-seconds",
@@ -332,6 +336,9 @@ def register(app: typer.Typer) -> None:
                 scheduler, metrics = build_scheduler(state, binder, policy, publisher, actions,
                                                      completion_timeout=completion_timeout, preemption=preemption,
                                                      direct_binding=direct)
+                if group_cycle:
+                    from plugins.gangs.workload_api import NAME as WORKLOAD_API
+                    scheduler.lifecycle.group_cycle_sources = frozenset({WORKLOAD_API})
                 from scheduler.service.failures import install_failure_handling
 
                 scheduler.failures = install_failure_handling(scheduler, metrics, failure_options)

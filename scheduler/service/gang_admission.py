@@ -50,6 +50,14 @@ class GangAdmission:
     noticed: dict
     rolling_back: dict
     member_nodes: Any
+    group_cycle: dict
+    group_cycle_sources: frozenset
+
+    def in_group_cycle(self, record: PodRecord) -> bool:
+        """Whether kube-scheduler's group cycle places this member (`PlacePodGroup`): it asked for it, or its gang
+        source is one only the group cycle places; meshfit then neither queues it unasked nor requeues it."""
+        return record.uid in self.group_cycle or (record.member is not None
+                                                  and record.member.source in self.group_cycle_sources)
 
     def _enqueue_pending_from_watch(self, now: float) -> None:
         """Queue the pending gangs of meshfit's scheduler profile the API server reports that kube-scheduler has
@@ -60,7 +68,7 @@ class GangAdmission:
             if key in ledger or key in queue.entries or key in self.rolling_back:
                 continue
             pending = [r for r in members.values() if not r.node and r.from_watch and r.member is not None
-                       and r.scheduler_name in self.scheduler_names]
+                       and r.scheduler_name in self.scheduler_names and not self.in_group_cycle(r)]
             for record in pending:
                 self.noticed.setdefault(record.uid, now)
             if pending and all(r.uid not in self.seen and now - self.noticed[r.uid] >= UNASKED_AFTER_SECONDS

@@ -78,6 +78,10 @@ class GangLifecycle(GangAdmission):
         """Gangs (re)reserved since the scheduler last published rank tables (their nodes changed)."""
         self.noticed: dict[str, float] = {}
         """Pod uid -> when a tick first saw it pending in the watch."""
+        self.group_cycle: dict[str, float] = {}
+        """Pod uid -> when kube-scheduler's group cycle last asked for it (`PlacePodGroup`): its queue retries it."""
+        self.group_cycle_sources: frozenset[str] = frozenset()
+        """Gang sources whose members only kube-scheduler's group cycle places (`meshfit serve --group-cycle`)."""
         self.scheduler_names: frozenset[str] = SCHEDULER_NAMES
         """`spec.schedulerName`s whose pending gangs meshfit queues from the watch (its kube-scheduler profile)."""
         self.observe_wait: Callable[[str, float], None] | None = None
@@ -212,7 +216,8 @@ class GangLifecycle(GangAdmission):
                 continue
             self.told.pop(record.uid, None)
             parked = record.uid in self.turned_away or (by is None and record.uid not in self.seen)
-            if parked and (by is None or record.uid != by.uid) and self.leaves_to_kube(record):  # refused before,
+            if parked and (by is None or record.uid != by.uid) and self.leaves_to_kube(record) \
+                    and not self.in_group_cycle(record):  # refused before,
                 self._requeue(record, entry.node_of(record.member.index))  # or never asked about: it may be parked
         self.observe(entry.gang_key)
 
@@ -304,7 +309,8 @@ class GangLifecycle(GangAdmission):
             self._logged_wait.pop(key, None)
             self.told_gang.pop(key, None)
         known = self.state.pods
-        for table in (self.seen, self.turned_away, self.requeued, self.told, self.noticed, self.wired):
+        for table in (self.seen, self.turned_away, self.requeued, self.told, self.noticed, self.wired,
+                      self.group_cycle):
             for uid in [u for u in table if u not in known]:
                 del table[uid]
 
@@ -395,7 +401,8 @@ class GangLifecycle(GangAdmission):
 
     def _requeue_overdue(self, entry: Reservation, now: float) -> None:
         for record in self.members(entry.gang_key):
-            if record.node or entry.node_of(record.member.index) is None or not self.leaves_to_kube(record):
+            if record.node or entry.node_of(record.member.index) is None or not self.leaves_to_kube(record) \
+                    or self.in_group_cycle(record):
                 continue
             slot = entry.slots[record.member.index]
             if slot.state != SLOT_RESERVED:

@@ -1,4 +1,4 @@
-"""gRPC `meshfit.v1.Placement` (Place, Explain, GetReservation, ListReservations) plus gRPC health.
+"""gRPC `meshfit.v1.Placement` (Place, Explain, GetReservation, ListReservations, PlacePodGroup) plus gRPC health.
 
 A thin translation onto `GangScheduler`: a `GangSpec` becomes a `Gang`, a `Placement` becomes a
 `PlaceResponse`.  Bad specs answer INVALID_ARGUMENT with the one-line reason; an unknown gang in
@@ -17,6 +17,7 @@ from scheduler.placement.jobs import JobSpecError, ModelShape, Parallelism, Topo
 from scheduler.gangs.sources import GangMembership as Membership
 from scheduler.gangs.membership import gang_from_membership
 from scheduler.placement.result import Placement
+from scheduler.service.pod_group_rpc import PodGroupError, place_pod_group
 from scheduler.service.proto.meshfit.v1 import placement_pb2 as pb
 from scheduler.service.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc
 from scheduler.service.scheduling import GangScheduler
@@ -107,6 +108,16 @@ class PlacementServicer(pb_grpc.PlacementServicer):
         if doc is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no reservation for gang {request.gang!r}")
         return reservation_message(doc)
+
+    def PlacePodGroup(self, request: pb.PodGroupRequest, context: grpc.ServicerContext,
+                      ) -> pb.PodGroupPlacement:  # noqa: N802
+        """A whole pod group's placement for kube-scheduler's group cycle (`scheduler.service.pod_group_rpc`)."""
+        if self.auth is not None and (refusal := self.auth.grpc_refusal(context)) is not None:
+            context.abort(*refusal)
+        try:
+            return place_pod_group(self.scheduler, request)
+        except (PodGroupError, JobSpecError, TopologyError) as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
     def ListReservations(self, request: pb.ListReservationsRequest, context: grpc.ServicerContext,
                          ) -> pb.ListReservationsResponse:  # noqa: N802

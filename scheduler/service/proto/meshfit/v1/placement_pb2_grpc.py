@@ -54,6 +54,11 @@ class PlacementStub:
                 request_serializer=meshfit_dot_v1_dot_placement__pb2.ListReservationsRequest.SerializeToString,
                 response_deserializer=meshfit_dot_v1_dot_placement__pb2.ListReservationsResponse.FromString,
                 _registered_method=True)
+        self.PlacePodGroup = channel.unary_unary(
+                '/meshfit.v1.Placement/PlacePodGroup',
+                request_serializer=meshfit_dot_v1_dot_placement__pb2.PodGroupRequest.SerializeToString,
+                response_deserializer=meshfit_dot_v1_dot_placement__pb2.PodGroupPlacement.FromString,
+                _registered_method=True)
 
 
 class PlacementServicer:
@@ -83,6 +88,14 @@ class PlacementServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlacePodGroup(self, request, context):
+        """kube-scheduler's group cycle (1.36 PodGroup, KEP-5732) asks for a whole pod group's placement: meshfit places
+        and reserves the gang in its ledger and answers member -> node with ranks; kube-scheduler binds the members.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlacementServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +118,11 @@ def add_PlacementServicer_to_server(servicer, server):
                     servicer.ListReservations,
                     request_deserializer=meshfit_dot_v1_dot_placement__pb2.ListReservationsRequest.FromString,
                     response_serializer=meshfit_dot_v1_dot_placement__pb2.ListReservationsResponse.SerializeToString,
+            ),
+            'PlacePodGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlacePodGroup,
+                    request_deserializer=meshfit_dot_v1_dot_placement__pb2.PodGroupRequest.FromString,
+                    response_serializer=meshfit_dot_v1_dot_placement__pb2.PodGroupPlacement.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +233,33 @@ class Placement:
             '/meshfit.v1.Placement/ListReservations',
             meshfit_dot_v1_dot_placement__pb2.ListReservationsRequest.SerializeToString,
             meshfit_dot_v1_dot_placement__pb2.ListReservationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlacePodGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meshfit.v1.Placement/PlacePodGroup',
+            meshfit_dot_v1_dot_placement__pb2.PodGroupRequest.SerializeToString,
+            meshfit_dot_v1_dot_placement__pb2.PodGroupPlacement.FromString,
             options,
             channel_credentials,
             insecure,

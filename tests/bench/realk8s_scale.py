@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kubernetes import config as kube_config, watch  # noqa: E402
 from kubernetes.client import CoreV1Api  # noqa: E402
+from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 from tests.realk8s.binaries import find_installs, missing_reason  # noqa: E402
 from tests.realk8s.cluster_builders import bound_gpus, create_nodes, gang_pod_body, gang_status  # noqa: E402
@@ -259,9 +260,22 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
                            "reserved_to_bound_max": round(latencies[-1], 2)})
         result["bind_latency"] = meshfit_metrics
     watcher.stop()
-    core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
     print(f"# phase {ns}: " + json.dumps(result), file=sys.stderr, flush=True)  # a run cut short keeps its phases
+    delete_pods(core, ns)
     return result
+
+
+def delete_pods(core: CoreV1Api, ns: str, tries: int = 5) -> None:
+    """Delete every pod of `ns`; a loaded API server may answer a collection delete of ~10,000 pods with 504 (it goes
+    on deleting), so ask again until it answers."""
+    for attempt in range(tries):
+        try:
+            core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+            return
+        except ApiException as exc:
+            if exc.status not in (429, 500, 504) or attempt == tries - 1:
+                raise
+            time.sleep(5)
 
 
 def run_version(install, nodes: int, qps_settings: list[float | None], args) -> list[dict]:

@@ -39,6 +39,7 @@ from scheduler.service.bind_fence import NominationFence
 from scheduler.service.binding_wiring import BindingHooks, DirectBinding
 from scheduler.service.binding import BindConflict, Binder, RendezvousMissing, bind_assignment
 from scheduler.service.gang_nominations import GangNominations
+from scheduler.service.member_room import member_room
 from scheduler.service.waker import Waker
 
 log = logging.getLogger("meshfit.bind")
@@ -176,30 +177,14 @@ class GangBinding(GangNominations):
         return needs is None or bool(getattr(needs, "direct_bind_blocker", "")) or record.uid in self.refused
 
     def member_nodes(self, record: PodRecord) -> dict[str, int] | None:
-        """Node -> GPUs that members asking what `record` asks can use there: as many members as pass
-        kube-scheduler's node-local filters on everything together (GPUs counted as bound and in flight, nominated
-        pods of no lower priority included), times its GPUs; only nodes where one fits.  None when its needs are
-        unknown.  Two 4-GPU members on one 8-GPU node need their CPU and memory twice: a node with room for one
-        member's CPU offers 4 GPUs, not 8."""
+        """Node -> GPUs members asking what `record` asks can use there besides their other requests (None: its needs
+        are unknown); see `scheduler.service.member_room`."""
         if record.needs is None or getattr(record.needs, "direct_bind_blocker", ""):
             return None
-        nodes, busy, room = self.state.topology.node_by_name, self._busy(), {}
-        for name, node in nodes.items():
-            if node.gpus_free < record.gpus:
-                continue
-            others = self._others_on(name, record)
-            if self.fits(record, name, others, busy):
-                continue
-            copies, most = 1, node.gpus_free // record.gpus if record.gpus else 1
-            while copies < most:
-                more = dict(others)
-                for resource, value in record.needs.requests.items():
-                    more[resource] = more.get(resource, 0) + copies * value
-                if self.fits(record, name, more, busy):
-                    break
-                copies += 1
-            room[name] = copies * record.gpus if record.gpus else node.gpus_free
-        return room
+        busy = self._busy()
+        return member_room(record, self.state.topology.node_by_name,
+                           lambda name, extra: self.fits(record, name, extra, busy),
+                           lambda name: self._others_on(name, record))
 
     def bind_backlog(self) -> int:
         """Bindings started and not finished."""

@@ -54,12 +54,12 @@ def test_sizes_are_quick_unless_full_tests_are_asked_for(monkeypatch):
 
 
 def collected_bench_ids(full: bool) -> set[str]:
-    """Test ids `pytest --collect-only tests/bench` lists, with or without MESHFIT_FULL_TESTS=1."""
+    """Test ids `pytest --collect-only` lists for the placement benchmarks, with or without MESHFIT_FULL_TESTS=1."""
     env = {k: v for k, v in os.environ.items() if k != FULL_ENV}
     if full:
         env[FULL_ENV] = "1"
-    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                             "-n", "0", "tests/bench"], cwd=ROOT, env=env, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider", "-n", "0",
+                             "tests/bench/test_placement_bench.py"], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     return {line.strip() for line in result.stdout.splitlines() if "::" in line}

@@ -20,21 +20,32 @@ SERIAL_FOLDERS = ("realk8s", "soak")
 """Folders under tests/ whose tests run in one xdist group (`REAL_CONTROL_PLANE_GROUP`)."""
 REAL_CONTROL_PLANE_GROUP = "real-control-plane"
 """The xdist group of every test under `SERIAL_FOLDERS`."""
+SHARED_FIXTURE_MODULES = (
+    "runtime/test_local_runtime.py",      # `uninterrupted`: a multi-process torch training run, tens of seconds
+    "usability/test_sim_metrics.py",      # `run`: a simulation with plots
+    "bench/test_policy_speed_bench.py",   # `hgx_16k`: a 16k-GPU cluster
+    "bench/test_preemption_bench.py",     # `full_10k`: a full 10k-GPU cluster
+    "bench/test_topology_bench.py",       # `nodelist_items`: a 2,048-node NodeList
+)
+"""Modules whose tests share an expensive module-scoped fixture: each runs on one worker, so it is built once."""
 _TESTS = Path(__file__).resolve().parent
 
 
 def xdist_group_for(path: Path) -> str | None:
-    """The xdist group of a test file: `REAL_CONTROL_PLANE_GROUP` under tests/realk8s or tests/soak, else None."""
+    """The xdist group of a test file: `REAL_CONTROL_PLANE_GROUP` under tests/realk8s or tests/soak, the module's
+    own path for `SHARED_FIXTURE_MODULES`, else None (its tests spread over the workers one by one)."""
     try:
         relative = Path(path).resolve().relative_to(_TESTS)
     except ValueError:
         return None
-    return REAL_CONTROL_PLANE_GROUP if relative.parts and relative.parts[0] in SERIAL_FOLDERS else None
+    if relative.parts and relative.parts[0] in SERIAL_FOLDERS:
+        return REAL_CONTROL_PLANE_GROUP
+    return relative.as_posix() if relative.as_posix() in SHARED_FIXTURE_MODULES else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the group into the test id's `@group`
 def pytest_collection_modifyitems(config, items) -> None:
-    """Put every real-control-plane test into one xdist group (see `xdist_group_for`)."""
+    """Put every real-control-plane test into one xdist group, and each shared-fixture module into its own."""
     for item in items:
         group = xdist_group_for(Path(str(item.fspath)))
         if group is not None:

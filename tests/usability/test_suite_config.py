@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REAL_CONTROL_PLANE_GROUP, pytest_xdist_auto_num_workers, xdist_group_for
+from tests.conftest import (REAL_CONTROL_PLANE_GROUP, SHARED_FIXTURE_MODULES, pytest_xdist_auto_num_workers,
+                            xdist_group_for)
 from tests.sizes import FULL_ENV, examples, full_tests, pick
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +41,12 @@ def test_real_control_plane_tests_share_one_group_even_those_not_written_yet(pat
                                   "tests/test_realk8s_named.py", "realk8s/test_outside_tests.py"])
 def test_other_tests_spread_over_the_workers(path):
     assert xdist_group_for(ROOT / path) is None
+
+
+def test_modules_with_an_expensive_shared_fixture_stay_on_one_worker():
+    assert xdist_group_for(ROOT / "tests/runtime/test_local_runtime.py") == "runtime/test_local_runtime.py"
+    for module in SHARED_FIXTURE_MODULES:
+        assert (ROOT / "tests" / module).is_file(), module  # a renamed module must not silently lose its group
 
 
 def test_auto_workers_stay_between_two_and_six():

@@ -2,7 +2,7 @@
 
 Targets (issue 4): `/filter` on 5,000 nodes, names only, for pods of already-reserved gangs:
 p50 < 2 ms and p99 < 10 ms; first-member filter (which places the whole gang) p99 < 100 ms at
-16,384 GPUs.  Run with `MESHFIT_FULL_TESTS=1 python -m pytest tests/bench/test_extender_bench.py -p no:xdist
+16,384 GPUs.  Run with `MESHFIT_FULL_TESTS=1 python -m pytest tests/bench/test_extender_bench.py -n 0
 --benchmark-enable -s`; without `MESHFIT_FULL_TESTS=1` every test runs at smoke size (500 nodes instead of
 5,000, 256 instead of 2,048, fewer requests and gangs), which checks the replies, not the targets.
 """

@@ -1,5 +1,5 @@
 """Placement speed and memory (pytest-benchmark): run with
-`python -m pytest tests/bench/test_placement_bench.py --benchmark-enable`.
+`MESHFIT_FULL_TESTS=1 python -m pytest tests/bench/test_placement_bench.py -n 0 --benchmark-enable`.
 
 Targets (issue 3): a 1,024-GPU gang (tp=8, pp=8, dp=16) on a 16,384-GPU hgx-h100 cluster at 60% random
 occupancy and a tp=16 job on gb200-nvl72, median < 50 ms, peak memory < 500 MB; plus scaling 1k -> 64k GPUs.

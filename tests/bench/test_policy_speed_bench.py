@@ -1,5 +1,5 @@
 """meshfit against kueue-tas, same cluster, same jobs (issue 21): run with
-`python -m pytest tests/bench/test_policy_speed_bench.py --benchmark-enable`.
+`MESHFIT_FULL_TESTS=1 python -m pytest tests/bench/test_policy_speed_bench.py -n 0 --benchmark-enable`.
 
 Targets (compare the two policies' rows of one run; the full-size numbers come from
 `python tests/bench/policy_speed.py sim --jobs 100000 --repeats 2` and `python tests/bench/policy_speed.py place`):

@@ -1,10 +1,8 @@
-"""Shared pytest setup: `from tests.builders import ...` under plain `pytest`, and the xdist grouping of real-cluster tests."""
+"""Shared pytest setup: `from tests.builders import ...` under plain `pytest`; which tests share an xdist worker."""
 
 import os
 import sys
 from pathlib import Path
-
-import pytest
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
@@ -13,13 +11,15 @@ if _ROOT not in sys.path:
 
 # ----- parallel runs (pytest-xdist: `-n auto --dist loadgroup` in pyproject's addopts) -------------------------
 # Tests that start a real control plane (etcd, kube-apiserver, kube-scheduler, Kueue) are timing sensitive and
-# share session-scoped control planes: they all run in one xdist group, i.e. one after the other on one worker,
-# as in a serial run, while the other workers take the rest.  The group is chosen by folder, so tests added there
-# later join it without a marker of their own.
+# share session-scoped control planes: they all run in one group, i.e. one after the other on one worker, as in a
+# serial run, while the other workers take the rest.  The group is chosen by folder, so tests added there later
+# join it without a marker of their own.  The grouping is done by the scheduler below, from each test's path:
+# xdist's own `xdist_group` marks are silently ignored with pytest >= 9.2 (pytest-xdist issue #1386, the `@group`
+# suffix it writes into the node id no longer takes effect).
 SERIAL_FOLDERS = ("realk8s", "soak")
-"""Folders under tests/ whose tests run in one xdist group (`REAL_CONTROL_PLANE_GROUP`)."""
+"""Folders under tests/ whose tests run in one group (`REAL_CONTROL_PLANE_GROUP`), on one worker."""
 REAL_CONTROL_PLANE_GROUP = "real-control-plane"
-"""The xdist group of every test under `SERIAL_FOLDERS`."""
+"""The group of every test under `SERIAL_FOLDERS`."""
 SHARED_FIXTURE_MODULES = (
     "runtime/test_local_runtime.py",      # `uninterrupted`: a multi-process torch training run, tens of seconds
     "usability/test_sim_metrics.py",      # `run`: a simulation with plots
@@ -32,8 +32,8 @@ _TESTS = Path(__file__).resolve().parent
 
 
 def xdist_group_for(path: Path) -> str | None:
-    """The xdist group of a test file: `REAL_CONTROL_PLANE_GROUP` under tests/realk8s or tests/soak, the module's
-    own path for `SHARED_FIXTURE_MODULES`, else None (its tests spread over the workers one by one)."""
+    """The group of a test file: `REAL_CONTROL_PLANE_GROUP` under tests/realk8s or tests/soak, the module's own
+    path for `SHARED_FIXTURE_MODULES`, else None (its tests spread over the workers one by one)."""
     try:
         relative = Path(path).resolve().relative_to(_TESTS)
     except ValueError:
@@ -43,13 +43,29 @@ def xdist_group_for(path: Path) -> str | None:
     return relative.as_posix() if relative.as_posix() in SHARED_FIXTURE_MODULES else None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the group into the test id's `@group`
-def pytest_collection_modifyitems(config, items) -> None:
-    """Put every real-control-plane test into one xdist group, and each shared-fixture module into its own."""
-    for item in items:
-        group = xdist_group_for(Path(str(item.fspath)))
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def work_unit(nodeid: str, rootdir: Path) -> str:
+    """The unit of work a test id belongs to: an explicit xdist `@group` suffix, else `xdist_group_for` its file,
+    else the test itself."""
+    if nodeid.rfind("@") > nodeid.rfind("]"):
+        return nodeid.rsplit("@", 1)[1]
+    return xdist_group_for(rootdir / nodeid.split("::", 1)[0]) or nodeid
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under `--dist loadgroup`: load scheduling, one test at a time, except the groups of `work_unit`."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    rootdir = Path(config.rootpath)
+
+    class PathGroupScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling with `work_unit` as the scope (largest units are handed out first)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid, rootdir)
+
+    return PathGroupScheduling(config, log)
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

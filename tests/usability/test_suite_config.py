@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import (REAL_CONTROL_PLANE_GROUP, SHARED_FIXTURE_MODULES, pytest_xdist_auto_num_workers,
-                            xdist_group_for)
+                            work_unit, xdist_group_for)
 from tests.sizes import FULL_ENV, examples, full_tests, pick
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +47,26 @@ def test_modules_with_an_expensive_shared_fixture_stay_on_one_worker():
     assert xdist_group_for(ROOT / "tests/runtime/test_local_runtime.py") == "runtime/test_local_runtime.py"
     for module in SHARED_FIXTURE_MODULES:
         assert (ROOT / "tests" / module).is_file(), module  # a renamed module must not silently lose its group
+
+
+def test_work_units_are_single_tests_except_the_groups():
+    assert work_unit("tests/realk8s/test_harness.py::test_x[k8s-1.35]", ROOT) == REAL_CONTROL_PLANE_GROUP
+    assert work_unit("tests/soak/test_soak.py::test_soak[k8s-1.35]", ROOT) == REAL_CONTROL_PLANE_GROUP
+    assert work_unit("tests/bench/test_topology_bench.py::test_build", ROOT) == "bench/test_topology_bench.py"
+    one_test = "tests/placement/test_examples.py::test_a[x@y]"  # an `@` inside parameters is no group
+    assert work_unit(one_test, ROOT) == one_test
+    assert work_unit("tests/placement/test_examples.py::test_a@mine", ROOT) == "mine"  # an explicit xdist group
+
+
+def test_a_parallel_run_keeps_every_real_control_plane_test_on_one_worker(tmp_path):
+    """Two realk8s modules (they skip here: an empty binaries cache) on 3 workers: one worker runs them all."""
+    env = {**os.environ, "MESHFIT_CACHE": str(tmp_path), "MESHFIT_K8S_BIN": ""}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-n", "3", "-vv", "-p", "no:cacheprovider",
+                             "tests/realk8s/test_harness.py", "tests/realk8s/test_tls_real.py"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    ran = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("[gw") and "tests/realk8s" in line]
+    assert len(ran) >= 4 and len(set(ran)) == 1, result.stdout[-3000:]
 
 
 def test_auto_workers_stay_between_two_and_six():

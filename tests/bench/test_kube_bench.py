@@ -1,4 +1,6 @@
-"""Benchmarks of the Kubernetes adapters: decoding a large PodList, and gang identification per pod."""
+"""Benchmarks of the Kubernetes adapters: decoding a large PodList, and gang identification per pod.
+
+The PodList has 10,000 pods under `MESHFIT_FULL_TESTS=1` and 1,000 in the default (smoke) run."""
 
 from __future__ import annotations
 
@@ -9,13 +11,14 @@ import pytest
 from plugins.gangs import identify
 from scheduler.kube.cache import _list_decoder
 from tests.kube.gang_builders import ObjectStore, jobset_pods, make_jobset
+from tests.sizes import pick
 
-PODS = 10_000
+PODS = pick(1_000, 10_000)
 
 
 @pytest.fixture(scope="module")
 def pod_list_bytes() -> bytes:
-    """A 10,000-pod PodList as the API server would send it (JobSet pods, 8 GPUs each)."""
+    """A `PODS`-pod PodList as the API server would send it (JobSet pods, 8 GPUs each)."""
     jobset = make_jobset("big", [("w", PODS // 4, 4)])
     items = []
     for pod in jobset_pods(jobset):

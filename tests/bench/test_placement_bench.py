@@ -1,9 +1,10 @@
 """Placement speed and memory (pytest-benchmark): run with
-`python -m pytest tests/bench/test_placement_bench.py --benchmark-enable`.
+`MESHFIT_FULL_TESTS=1 python -m pytest tests/bench/test_placement_bench.py -n 0 --benchmark-enable`.
 
 Targets (issue 3): a 1,024-GPU gang (tp=8, pp=8, dp=16) on a 16,384-GPU hgx-h100 cluster at 60% random
 occupancy and a tp=16 job on gb200-nvl72, median < 50 ms, peak memory < 500 MB; plus scaling 1k -> 64k GPUs.
-Peak memory (tracemalloc) is stored in each benchmark's extra_info and printed.
+Peak memory (tracemalloc) is stored in each benchmark's extra_info and printed.  The scaling test runs
+256 -> 2k GPUs by default (smoke) and 1k -> 64k under `MESHFIT_FULL_TESTS=1`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 from scheduler.placement.engine import place
 from scheduler.placement.jobs import Gang, Parallelism, PodSlot
+from tests.sizes import pick
 from topology.generator import generate_cluster
 
 MEMORY_BUDGET_BYTES = 500 * 2**20
@@ -58,7 +60,11 @@ def test_tp16_job_on_gb200_nvl72(benchmark):
     _run(benchmark, _gang(16, 4, 8, 4), topo)
 
 
-@pytest.mark.parametrize("gpus", [1024, 4096, 16384, 65536], ids=lambda g: f"{g // 1024}k-gpus")
+SCALING_GPUS = pick([256, 512, 1024, 2048], [1024, 4096, 16384, 65536])
+"""Cluster sizes of the scaling test: smoke sizes by default, 1k -> 64k GPUs with MESHFIT_FULL_TESTS=1."""
+
+
+@pytest.mark.parametrize("gpus", SCALING_GPUS, ids=lambda g: f"{g // 1024}k-gpus" if g >= 1024 else f"{g}-gpus")
 def test_scaling_with_cluster_size(benchmark, gpus):
     topo = generate_cluster("hgx-h100", gpus // 8, seed=3, used_fraction=0.6)
     _run(benchmark, _gang(8, 4, min(gpus // 256, 16), 8), topo)

@@ -1,6 +1,7 @@
 """Reduced placement quality study: meshfit within 5% of optimal on >= 95% of small instances, and never
 slower than the Kueue / Volcano baselines on fragmented preset clusters (full study:
-`python tests/bench/placement_quality.py`, tables in tests/bench/PLACEMENT_QUALITY.md)."""
+`python tests/bench/placement_quality.py`, tables in tests/bench/PLACEMENT_QUALITY.md).  The first study draws
+20 instances by default and the 60 it was written with under `MESHFIT_FULL_TESTS=1`."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import pytest
 
 from tests.bench.placement_preset_study import BASELINES, hard_small_instance, run_grid, summarize
 from tests.bench.placement_quality import optimal_study
+from tests.sizes import pick
 
 
 @pytest.mark.slow
 def test_meshfit_is_within_5_percent_of_optimal_on_95_percent_of_small_instances():
-    summary = optimal_study(60, seed=1)
-    assert summary["instances"] >= 50
+    count = pick(20, 60)  # the later draws of seed 1 are the slow ones for the exact solver: 60 take minutes
+    summary = optimal_study(count, seed=1)
+    assert summary["instances"] >= count * 5 // 6
     assert summary["within_5pct"] >= 0.95, summary
 
 

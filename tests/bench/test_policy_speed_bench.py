@@ -1,5 +1,5 @@
 """meshfit against kueue-tas, same cluster, same jobs (issue 21): run with
-`python -m pytest tests/bench/test_policy_speed_bench.py --benchmark-enable`.
+`MESHFIT_FULL_TESTS=1 python -m pytest tests/bench/test_policy_speed_bench.py -n 0 --benchmark-enable`.
 
 Targets (compare the two policies' rows of one run; the full-size numbers come from
 `python tests/bench/policy_speed.py sim --jobs 100000 --repeats 2` and `python tests/bench/policy_speed.py place`):
@@ -20,6 +20,7 @@ from simulations.config import SimConfig
 from simulations.simulator import Simulator
 from simulations.synthetic import generate
 from tests.bench.policy_speed import sized_gang
+from tests.sizes import pick
 from topology.generator import generate_cluster
 
 POLICIES = ["meshfit", "kueue-tas"]
@@ -53,10 +54,11 @@ def test_place_on_16k_gpus(benchmark, hgx_16k, policy, gpus):
 @pytest.mark.parametrize("policy", POLICIES, ids=POLICIES)
 def test_simulate_on_16k_gpus(benchmark, policy):
     spec = ClusterSpec("hgx-h100", 2048)
-    workload = generate(4000, 16384, seed=0)
+    jobs = pick(1000, 4000)  # synthetic jobs: smoke size by default, 4,000 with MESHFIT_FULL_TESTS=1
+    workload = generate(jobs, 16384, seed=0)
 
     def setup():
         return (Simulator(build_cluster(spec), workload, policy, SimConfig()),), {}
 
     result = benchmark.pedantic(lambda simulator: simulator.run(), setup=setup, rounds=3, iterations=1)
-    assert result.summary["completed"] == 4000
+    assert result.summary["completed"] == jobs

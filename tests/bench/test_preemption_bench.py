@@ -1,5 +1,6 @@
 """Preemption planning speed on a full 10,000-GPU cluster (pytest-benchmark): run with
-`python -m pytest tests/bench/test_preemption_bench.py --benchmark-enable`.
+`python -m pytest tests/bench/test_preemption_bench.py -n 0 --benchmark-enable` (`-n 0`: pytest-benchmark
+does not time under xdist workers).
 
 1,250 hgx-h100 nodes (core / spine / leaf / host), every GPU held by one of ~256 whole-node gangs of
 1-16 nodes with mixed priorities; a preemptor of 8, 64 or 256 pods x 8 GPUs plans which whole gangs to

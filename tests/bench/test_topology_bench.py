@@ -1,6 +1,6 @@
 """Benchmarks: build a 2,048-node (16,384-GPU) hgx-h100 topology and apply 10,000 pod add/remove updates.
 
-Run with `python -m pytest tests/bench/test_topology_bench.py --benchmark-enable -s`; targets are
+Run with `python -m pytest tests/bench/test_topology_bench.py -n 0 --benchmark-enable -s`; targets are
 build < 1 s and < 20 us per update.  Peak memory (tracemalloc) is printed, not asserted.
 """
 

@@ -19,6 +19,7 @@ from scheduler.placement import engine
 from tests.bench.placement_preset_study import fabric_config, fragment
 from tests.placement.decision_guard import random_gang
 from tests.placement.meshfit_reference import MeshfitPolicy as ReferencePolicy
+from tests.sizes import examples
 from topology.generator import generate_nodelist
 from topology.loaders import topology_from_objects
 
@@ -30,7 +31,7 @@ def answer(assignment) -> tuple:
     return assignment.pod_nodes, assignment.rank_order, assignment.reason
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60, quick=15), deadline=None)
 @given(preset=st.sampled_from(sorted(NODES)), oversubscription=st.sampled_from([1.0, 2.0, 4.0]),
        occupancy=st.sampled_from([0.2, 0.5, 0.7]), seed=st.integers(0, 10_000))
 def test_optimised_search_decides_as_the_reference(preset, oversubscription, occupancy, seed):

@@ -42,7 +42,8 @@ def schedule(service, pods: list[dict]) -> dict[str, str]:
 
 
 def table(service, gang: str = "e") -> dict:
-    """The gang's published rank table document."""
+    """The gang's published rank table document (once the background publisher has written what was queued)."""
+    assert service.scheduler.rank_tables.wait_idle(10.0), "rank-table publisher still busy after 10 s"
     return json.loads(service.scheduler.publisher.get("default", f"meshfit-{gang}-ranks")["data"]["ranks.json"])
 
 

@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 from scheduler.service.actions import MemoryActions
 from tests.service.helpers import filter_nodes, make_node, make_nodes, make_pod, make_service
 from tests.service.test_elastic_gangs import elastic_pod
+from tests.sizes import examples
 
 NODES = 8
 STEPS = st.lists(st.tuples(st.sampled_from(["fail", "repair", "free", "block", "tick"]), st.integers(0, NODES - 1)),
@@ -52,7 +53,7 @@ def check_whole(service) -> None:
         assert bound == list(range(size))  # exactly the prefix of its size; nothing beyond it bound
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40, quick=12), deadline=None)
 @given(steps=STEPS)
 def test_every_settled_point_is_whole(steps):
     actions = MemoryActions()

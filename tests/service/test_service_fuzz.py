@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 from scheduler.service.app import build_scheduler, create_app
 from scheduler.service.binder_memory import MemoryBinder
 from tests.service.helpers import filter_nodes, gang_pod, make_pod, make_service
+from tests.sizes import examples
 
 MAX_BODY = 8192
 VOLCANO = ["onSessionOpen", "onSessionClose", "jobEnqueueable", "jobReady", "predicate", "prioritize",
@@ -142,7 +143,7 @@ def requests(draw) -> tuple[str, bytes]:
     return path, draw(GENERIC)
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(2000, quick=300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(request=requests())
 def test_posts_never_get_a_5xx(request):
     path, body = request

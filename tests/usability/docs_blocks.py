@@ -4,6 +4,7 @@ A marker is an HTML comment on the line before a fence (invisible when rendered)
 
     <!-- docs-test: needs=cluster -->                      not run: needs a real cluster / kubectl
     <!-- docs-test: needs=docker -->  needs=gpu  needs=ci   (ci: the set-up and test commands CI runs itself)
+    <!-- docs-test: needs=suite -->                        not run: runs meshfit's own test suite (or part of it)
     <!-- docs-test: replace "--jobs 100000" "--jobs 300" --> run, smaller (the comment says how)
 
 Directives are separated by `;`.  Every block needs a language: `bash` / `sh` blocks are commands (run in
@@ -25,7 +26,7 @@ DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "
 """The documents whose blocks are tested."""
 COMMAND_LANGUAGES = ("bash", "sh", "shell")
 KNOWN_LANGUAGES = (*COMMAND_LANGUAGES, "yaml", "json", "toml", "text", "python", "dockerfile")
-NEEDS = ("cluster", "docker", "gpu", "ci")
+NEEDS = ("cluster", "docker", "gpu", "ci", "suite")
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 _MARKER = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
 _SEPARATORS = {"&&", "||", "|", ";", "&"}

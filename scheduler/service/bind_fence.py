@@ -15,7 +15,9 @@ assumed on the node with its Binding still on the way.  The fence closes that wi
   theirs may be in flight), or have a higher priority (kube-scheduler ignores a lower-priority nomination).
 - While any such pod exists, the member waits; a pod bound (anywhere), deleted, or rewritten by kube-scheduler
   since (its cycle ended without a Binding) no longer holds it.  After `limit_seconds` the member is bound anyway:
-  a cycle that started before the nomination has long ended by then.  The fit check right before the Binding
+  a cycle that started before the nomination has long ended by then.  Not so for a pod of higher priority, which
+  ignores the nomination in every cycle: while it is pending and could take the room, the member waits for it to
+  be placed, up to `HIGHER_PRIORITY_PATIENCE_SECONDS` from when it was first found racing.  The fit check right before the Binding
   (`GangBinding`) then counts whatever landed meanwhile.
 """
 
@@ -26,6 +28,12 @@ from typing import Any, Callable, Container, Mapping
 
 DEFAULT_FENCE_SECONDS = 2.0
 """How long a nominated member waits at most for pods that may race it (see the module docstring)."""
+HIGHER_PRIORITY_PATIENCE_SECONDS = 30.0
+"""How long a member waits for a pending pod of higher priority that could take its room.  kube-scheduler ignores a
+lower-priority nomination for such a pod, so no time limit makes the race safe: while the pod is pending and fits
+there, kube-scheduler may place it there in any cycle.  One that fits is normally placed within seconds; one still
+pending after this long is held back by something meshfit does not model (inter-pod affinity, volumes), and no
+longer holds the member."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,8 @@ class NominationFence:
         self.seen: dict[str, SeenNomination] = {}
         """Pod uid -> when its current nomination was first seen."""
         self.counts = {"waited": 0, "passed": 0, "timed_out": 0}
+        self.noticed: dict[str, float] = {}
+        """Pod uid -> when a pending pod of higher priority than a member was first found racing it."""
 
     def note(self, record: Any) -> SeenNomination | None:
         """Remember when `record`'s nomination was first seen (None when it has none)."""
@@ -66,7 +76,10 @@ class NominationFence:
         if not racing:
             self.counts["passed"] += 1
             return 0.0
-        left = seen.at + self.limit_seconds - self.clock()
+        now = self.clock()
+        left = seen.at + self.limit_seconds - now
+        urgent = [self.noticed.setdefault(other.uid, now) for other in racing if other.priority > record.priority]
+        left = max([left] + [at + HIGHER_PRIORITY_PATIENCE_SECONDS - now for at in urgent])
         if left <= 0:
             self.counts["timed_out"] += 1
             return 0.0
@@ -74,15 +87,16 @@ class NominationFence:
         return min(left, 0.1)
 
     def racing(self, record: Any, node: str, seen: SeenNomination, in_flight: Mapping[str, Any],
-               busy: Container[str]) -> list[str]:
-        """Names of the pods that may still land on `node` against `record` (see the module docstring)."""
+               busy: Container[str]) -> list[Any]:
+        """The pods that may still land on `node` against `record` (see the module docstring)."""
         found = []
         for other, first, last in self.state.pending_outside.values():
             before = first < seen.event and last < seen.event
             if (before or other.priority > record.priority) and self.collides(other, record, node, in_flight, busy):
-                found.append(other.key)
+                found.append(other)
         return found
 
     def forget(self, uid: str) -> None:
         """Drop what is remembered of a pod."""
         self.seen.pop(uid, None)
+        self.noticed.pop(uid, None)

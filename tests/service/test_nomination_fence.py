@@ -264,3 +264,28 @@ def test_the_direct_binders_events_are_on_metrics():
     (family,) = [f for f in text_string_to_metric_families(text) if f.name == "meshfit_direct_binding_events"]
     events = {s.labels["event"]: s.value for s in family.samples if s.name.endswith("_total")}
     assert events["nominated"] == 1 and events["fence_waited"] >= 1 and events["bound"] == 0
+
+
+def test_a_pending_higher_priority_pod_holds_the_member_past_the_fence_limit_until_it_is_placed():
+    """Found by the second soak: the fence's 2 s limit ran out while a CPU pod of higher priority (which ignores the
+    member's nomination) was still pending; the member was bound and kube-scheduler bound the CPU pod beside it."""
+    service = direct_service(cpu_nodes(3))
+    watch(service, [cpu_pod("urgent", priority=1000)])
+    node = reserve(service, gang("g", 2))
+    service.clock.advance(10.0)
+    service.scheduler.tick()
+    assert service.binder.calls == []  # long past the 2 s limit: still held while the urgent pod may land there
+    entry = service.state.ledger.get("default/g")
+    free = ({"n-0-0", "n-0-1", "n-0-2"} - {entry.node_of(0), entry.node_of(1)}).pop()
+    watch(service, [cpu_pod("urgent", priority=1000, node=free)])
+    service.scheduler.tick()
+    assert bound(service) == {"g-1": node}
+
+
+def test_a_higher_priority_pod_pending_for_long_stops_holding_the_member():
+    service = direct_service(cpu_nodes(2))
+    watch(service, [cpu_pod("stuck", priority=1000)])  # fits by its requests, yet stays pending (affinity, volumes)
+    node = reserve(service, gang("g", 2))
+    service.clock.advance(31.0)
+    service.scheduler.tick()
+    assert bound(service) == {"g-1": node}

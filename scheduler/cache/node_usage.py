@@ -54,15 +54,15 @@ class NodeUsage:
         self._track_outside(record, present)
 
     def _track_outside(self, record: PodRecord, present: bool) -> None:
-        """Keep `pending_outside` true for `record`: an unbound, unfinished, live pod that kube-scheduler binds without
-        meshfit (no gang, no GPUs) is listed with (the event count when first listed, the event count of its latest
+        """Keep `pending_outside` true for `record`: an unbound, unfinished, live pod that is no gang member (kube-scheduler
+        places it in its own cycle: a CPU pod, or a lone GPU pod meshfit only answers for) is listed with (the event count when first listed, the event count of its latest
         change).  The direct binder's nomination fence reads it: such a pod may be in kube-scheduler's cycle right
         now, and if it was so before kube-scheduler saw a member's nomination, it may still land on that node."""
         self.pod_events += 1
         self.pending_outside.pop(record.uid, None)
         if not present:
             return  # a replaced version, or the pod is gone: `outside_since` keeps its first sighting meanwhile
-        if record.member is None and record.gpus == 0 and not record.node and record.needs is not None \
+        if record.member is None and not record.node and record.needs is not None \
                 and record.phase not in FINISHED_PHASES and not record.terminating:
             first, last, fingerprint = self.outside_since.get(record.uid, (self.pod_events, 0, None))
             if fingerprint != record.fingerprint:  # changed (or new): its latest change is now

@@ -8,8 +8,8 @@ assumed on the node with its Binding still on the way.  The fence closes that wi
 
 - The watch delivers pod changes in the API server's order, so a pod first seen after the member's nomination
   was seen was created after it, and kube-scheduler's informer (same order) had the nomination before it.
-- So the pods that can still race the member on node X are the pods kube-scheduler binds without meshfit (no
-  gang, no GPUs: `ClusterState.pending_outside`), unbound, that *collide* with the member on X (each fits there
+- So the pods that can still race the member on node X are the pods kube-scheduler places in its own cycle (no
+  gang: CPU pods, and lone GPU pods meshfit only answers for: `ClusterState.pending_outside`), unbound, that *collide* with the member on X (each fits there
   alone, not both, as kube-scheduler sees X for that pod: bound pods, the pods it assumed there itself, and the
   nominations it honours for that pod's priority -- never meshfit's own holds or Bindings in flight), and either were first seen before the nomination and have not changed since (a cycle of
   theirs may be in flight), or have a higher priority (kube-scheduler ignores a lower-priority nomination).

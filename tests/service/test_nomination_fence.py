@@ -289,3 +289,17 @@ def test_a_higher_priority_pod_pending_for_long_stops_holding_the_member():
     service.clock.advance(31.0)
     service.scheduler.tick()
     assert bound(service) == {"g-1": node}
+
+
+def test_a_lone_gpu_pod_pending_before_the_nomination_fences_the_member_too():
+    """Found by the short soak on 1.36: kube-scheduler assumed a lone 1-GPU pod (meshfit only answers its /filter) on
+    a node while meshfit bound members there; GPUs fitted, CPU did not (16.75 of 16)."""
+    service = direct_service(cpu_nodes(2))
+    lone = cpu_pod("lone")
+    lone["spec"]["containers"][0]["resources"]["requests"] = {"nvidia.com/gpu": "1", "cpu": "8", "memory": "30Gi"}
+    watch(service, [lone])
+    node = reserve(service, gang("g", 2))
+    assert service.binder.calls == [] and service.scheduler.direct.fence.counts["waited"] >= 1
+    service.clock.advance(2.5)
+    service.scheduler.tick()
+    assert bound(service) == {"g-1": node}

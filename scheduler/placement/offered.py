@@ -20,36 +20,28 @@ CAP_PREFIX = "cap:"
 
 
 @contextlib.contextmanager
-def offered_only(topo: ClusterTopology, offered: frozenset[str] | None) -> Iterator[int]:
+def _held(topo: ClusterTopology, holds: list[tuple[str, str, int]]) -> Iterator[int]:
+    """Within the block, hold `gpus` free GPUs of each `(key, node, gpus)` under its temporary key; yields how many."""
+    for key, node, gpus in holds:
+        topo.add_pod(key, node, gpus)
+    try:
+        yield len(holds)
+    finally:
+        for key, _, _ in holds:
+            topo.remove_pod(key)
+
+
+def offered_only(topo: ClusterTopology, offered: frozenset[str] | None) -> contextlib.AbstractContextManager[int]:
     """Within the block, nodes outside `offered` have no free GPUs (None = no restriction); yields how many
     nodes were masked."""
-    masked: list[str] = []
-    if offered is not None:
-        for node in topo.nodes:
-            if node.name not in offered and node.gpus_free > 0:
-                key = MASK_PREFIX + node.name
-                topo.add_pod(key, node.name, node.gpus_free)
-                masked.append(key)
-    try:
-        yield len(masked)
-    finally:
-        for key in masked:
-            topo.remove_pod(key)
+    holds = [] if offered is None else [(MASK_PREFIX + n.name, n.name, n.gpus_free) for n in topo.nodes
+                                        if n.name not in offered and n.gpus_free > 0]
+    return _held(topo, holds)
 
 
-@contextlib.contextmanager
-def gpus_capped(topo: ClusterTopology, caps: Mapping[str, int]) -> Iterator[int]:
+def gpus_capped(topo: ClusterTopology, caps: Mapping[str, int]) -> contextlib.AbstractContextManager[int]:
     """Within the block, each node named in `caps` offers at most that many free GPUs (the rest held under a
     temporary key, as `offered_only` masks); yields how many nodes were capped."""
-    capped: list[str] = []
-    for name, cap in caps.items():
-        node = topo.node_by_name.get(name)
-        if node is not None and node.gpus_free > cap:
-            key = CAP_PREFIX + name
-            topo.add_pod(key, name, node.gpus_free - cap)
-            capped.append(key)
-    try:
-        yield len(capped)
-    finally:
-        for key in capped:
-            topo.remove_pod(key)
+    nodes = topo.node_by_name
+    return _held(topo, [(CAP_PREFIX + name, name, nodes[name].gpus_free - cap) for name, cap in caps.items()
+                        if name in nodes and nodes[name].gpus_free > cap])

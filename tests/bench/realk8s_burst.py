@@ -36,6 +36,7 @@ from kubernetes.client import CoreV1Api  # noqa: E402
 from tests.realk8s.cluster_builders import create_nodes, gang_status  # noqa: E402
 from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, free_port  # noqa: E402
 from tests.realk8s.scenario import burst_shapes, create_burst, delete_gang, whole  # noqa: E402
+from tests.bench.scale_readings import reserved_times  # noqa: E402
 
 
 class BindWatch:
@@ -135,21 +136,6 @@ def rate(bound_at) -> dict:
     return {"seconds": round(span, 2), "pods_per_second": round((len(times) - 1) / span, 1) if span else None,
             "seconds_to_90pct": round(span90, 2), "pods_per_second_to_90pct": round(k / span90, 1) if span90 else None}
 
-
-def reserved_times(log: Path) -> dict[str, float]:
-    """Gang name -> wall-clock time of its latest "reserved" decision, from meshfit's JSON log."""
-    from datetime import datetime
-
-    times: dict[str, float] = {}
-    for line in log.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("decision") == "reserved":
-            stamp = datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp()
-            times[record["gang"].split("/", 1)[1]] = stamp
-    return times
 
 
 def through_meshfit(plane: ControlPlane, core: CoreV1Api, shapes, seed: int) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +38,23 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
         """Silence the default stderr access log."""
+
+    def setup(self) -> None:
+        """Register the connection so that `ApiServerDouble.stop` can cut it like a dying server would."""
+        super().setup()
+        self.double.connections.add(self.connection)
+
+    def finish(self) -> None:
+        """Forget the connection."""
+        self.double.connections.discard(self.connection)
+        super().finish()
+
+    def parse_request(self) -> bool:
+        """Drop a request that arrives on a kept-alive connection after the double stopped (no reply)."""
+        if self.double.stopping.is_set():
+            self.close_connection = True
+            return False
+        return super().parse_request()
 
     @property
     def double(self) -> "ApiServerDouble":
@@ -204,6 +222,8 @@ class ApiServerDouble:
         self.requests: list[tuple[str, str, dict]] = []
         self.failures: list[tuple[str, str, int]] = []
         self.stopping = threading.Event()
+        self.connections: set[socket.socket] = set()
+        """Open client connections (HTTP/1.1 keep-alive): `stop` shuts them so no request is served after it."""
         self.gone_as_http = False
         """Answer an expired watch with HTTP 410 instead of a 200 stream holding an ERROR event."""
         self.send_bookmarks = True
@@ -233,6 +253,11 @@ class ApiServerDouble:
             self.store.changed.notify_all()
         self._server.shutdown()
         self._server.server_close()
+        for connection in list(self.connections):
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed by its handler
+                pass
 
     def fail_next(self, verb: str, path_part: str, code: int) -> None:
         """Answer the next `verb` request whose path contains `path_part` with `code`."""

@@ -21,3 +21,20 @@ def test_readiness_follows_the_health_of_the_watches(double, api_client, monkeyp
         assert eventually(lambda: not serve_cmd.kube_state_fresh(state), timeout=5)
     finally:
         cache.stop(timeout=1)
+
+
+def test_a_stopped_double_serves_nothing_on_a_kept_alive_connection(double):
+    """The readiness test above relies on this: a request on a pooled connection after `stop` fails."""
+    import http.client
+
+    host, port = double.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    connection.request("GET", "/api/v1/nodes")
+    assert connection.getresponse().read()
+    double.stop()
+    try:
+        connection.request("GET", "/api/v1/nodes")
+        answered = connection.getresponse().status
+    except (OSError, http.client.HTTPException):
+        answered = None
+    assert answered is None

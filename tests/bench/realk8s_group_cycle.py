@@ -62,11 +62,11 @@ MODES = ("in-tree", "plugin", "extender")
 
 
 def shapes(args: argparse.Namespace) -> list[int]:
-    """Gang sizes: `--gangs` of `--pods` on an empty cluster; mixed 1..`--pods` (powers of two) when used."""
+    """Gang sizes: `--gangs` of `--pods` on an empty cluster; mixed `--min-pods`..`--pods` (powers of two) when used."""
     if not args.used:
         return [args.pods] * args.gangs
     rng = random.Random(args.seed)
-    sizes = [p for p in (1, 2, 4, 8, 16, 32, 64) if p <= args.pods]
+    sizes = [p for p in (1, 2, 4, 8, 16, 32, 64) if args.min_pods <= p <= args.pods]
     return [rng.choice(sizes) for _ in range(args.gangs)]
 
 
@@ -233,6 +233,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--gangs", type=int, default=16)
     parser.add_argument("--pods", type=int, default=4, help="pods per gang (the largest, with --used)")
+    parser.add_argument("--min-pods", type=int, default=1, help="the smallest gang size, with --used")
     parser.add_argument("--gpus-per-pod", type=int, default=GPUS, choices=(1, 2, 4, 8))
     parser.add_argument("--used", type=float, default=0.0, help="fraction of GPUs taken by filler pods first")
     parser.add_argument("--no-key", action="store_true", help="gangs with no topology key (gang scheduling only)")
@@ -275,8 +276,29 @@ def main() -> None:
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for r in results:
         print("| " + " | ".join(str(r[h]) for h in head) + " |")
+    for line in against_in_tree(results):
+        print(line)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+
+
+def against_in_tree(results: list[dict], tolerance: float = 1e-6) -> list[str]:
+    """One line per mode beside `in-tree`: gangs bound whole by each, and for gangs both bound, how many of the
+    mode's placements predict a longer / shorter step communication time than the in-tree generator's."""
+    base = next((r for r in results if r["mode"] == "in-tree"), None)
+    if base is None:
+        return []
+    lines = []
+    for r in results:
+        if r is base or r["mode"] == "gang-only":
+            continue
+        both = set(r["step_comm_seconds"]) & set(base["step_comm_seconds"])
+        worse = sum(1 for g in both if r["step_comm_seconds"][g] > base["step_comm_seconds"][g] * (1 + tolerance))
+        better = sum(1 for g in both if r["step_comm_seconds"][g] < base["step_comm_seconds"][g] * (1 - tolerance))
+        lines.append(f"# {r['mode']} vs in-tree: gangs bound whole {r['gangs_bound_whole']} vs "
+                     f"{base['gangs_bound_whole']}; of {len(both)} gangs both bound, predicted step communication "
+                     f"time worse for {worse}, better for {better}")
+    return lines
 
 
 if __name__ == "__main__":

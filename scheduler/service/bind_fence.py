@@ -8,7 +8,13 @@ assumed on the node with its Binding still on the way.  The fence closes that wi
 
 - The watch delivers pod changes in the API server's order, so a pod first seen after the member's nomination
   was seen was created after it, and kube-scheduler's informer (same order) had the nomination before it.
-- So the pods that can still race the member on node X are the pods kube-scheduler places in its own cycle (no
+- A lone GPU pod of meshfit's profile is placed by kube-scheduler too, but only on a node meshfit's `/filter` offered
+  it, and every answer given after the member was held on X leaves X out where the two collide
+  (`GangNominations.answer_lone`).  So such a pod races the member only while the answer it last got from meshfit
+  named X, was given before the member was held there, and the pod has not changed since (that cycle may still
+  be in flight).  One kube-scheduler has not asked meshfit about yet does not hold the member: its answer will
+  count the member.  (A burst's lone pods that wait for GPUs otherwise held every member for the whole fence limit.)
+- So the other pods that can still race the member on node X are the pods kube-scheduler places in its own cycle (no
   gang: CPU pods, and lone GPU pods meshfit only answers for: `ClusterState.pending_outside`), unbound, that *collide* with the member on X (each fits there
   alone, not both, as kube-scheduler sees X for that pod: bound pods, the pods it assumed there itself, and the
   nominations it honours for that pod's priority -- never meshfit's own holds or Bindings in flight), and either were first seen before the nomination and have not changed since (a cycle of
@@ -23,6 +29,7 @@ assumed on the node with its Binding still on the way.  The fence closes that wi
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Container, Mapping
 
@@ -45,12 +52,29 @@ class SeenNomination:
     at: float
 
 
+@dataclass(frozen=True)
+class FilterAnswer:
+    """meshfit's last `/filter` answer for a lone GPU pod: its order among answers and holds, the state's pod-event
+    count then, and the nodes it offered."""
+
+    stamp: int
+    event: int
+    nodes: frozenset[str]
+
+
 class NominationFence:
     """Decides whether a nominated member may be bound now (call under the state lock)."""
 
     def __init__(self, state: Any, collides: Callable[[Any, Any, str, Mapping[str, Any], Container[str]], bool],
-                 clock: Callable[[], float], limit_seconds: float = DEFAULT_FENCE_SECONDS) -> None:
+                 clock: Callable[[], float], limit_seconds: float = DEFAULT_FENCE_SECONDS,
+                 scheduler_names: Callable[[], Container[str]] = lambda: ()) -> None:
         self.state, self.collides, self.clock, self.limit_seconds = state, collides, clock, limit_seconds
+        self.scheduler_names = scheduler_names
+        self._order = itertools.count(1)
+        self.answers: dict[str, FilterAnswer] = {}
+        """Lone GPU pod uid -> meshfit's last `/filter` answer for it."""
+        self.held: dict[str, tuple[str, int]] = {}
+        """Member uid -> (node, stamp) of when the direct binder began holding it there."""
         self.seen: dict[str, SeenNomination] = {}
         """Pod uid -> when its current nomination was first seen."""
         self.counts = {"waited": 0, "passed": 0, "timed_out": 0}
@@ -86,13 +110,33 @@ class NominationFence:
         self.counts["waited"] += 1
         return min(left, 0.1)
 
+    def note_answer(self, record: Any, nodes: list[str]) -> None:
+        """meshfit answered kube-scheduler's `/filter` for lone GPU pod `record` with `nodes` (under the lock)."""
+        self.answers[record.uid] = FilterAnswer(next(self._order), self.state.pod_events, frozenset(nodes))
+        if len(self.answers) > 2 * len(self.state.pending_outside) + 1024:  # pods bound or gone since
+            self.answers = {uid: a for uid, a in self.answers.items() if uid in self.state.pending_outside}
+
+    def note_hold(self, uid: str, node: str | None) -> None:
+        """The direct binder began holding member `uid` on `node` (None: let go)."""
+        if node is None:
+            self.held.pop(uid, None)
+        elif self.held.get(uid, ("", 0))[0] != node:
+            self.held[uid] = (node, next(self._order))
+
     def racing(self, record: Any, node: str, seen: SeenNomination, in_flight: Mapping[str, Any],
                busy: Container[str]) -> list[Any]:
         """The pods that may still land on `node` against `record` (see the module docstring)."""
-        found = []
+        found, names = [], self.scheduler_names()
+        held = self.held.get(record.uid)
+        held_stamp = held[1] if held is not None and held[0] == node else None
         for other, first, last in self.state.pending_outside.values():
-            before = first < seen.event and last < seen.event
-            if (before or other.priority > record.priority) and self.collides(other, record, node, in_flight, busy):
+            if other.gpus and other.scheduler_name in names:  # placed only where meshfit's /filter offered
+                answer = self.answers.get(other.uid)
+                may = (answer is not None and node in answer.nodes and last <= answer.event
+                       and (held_stamp is None or answer.stamp < held_stamp))
+            else:
+                may = (first < seen.event and last < seen.event) or other.priority > record.priority
+            if may and self.collides(other, record, node, in_flight, busy):
                 found.append(other)
         return found
 
@@ -100,3 +144,5 @@ class NominationFence:
         """Drop what is remembered of a pod."""
         self.seen.pop(uid, None)
         self.noticed.pop(uid, None)
+        self.held.pop(uid, None)
+        self.answers.pop(uid, None)

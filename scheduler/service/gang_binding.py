@@ -68,7 +68,7 @@ class GangBinding(GangNominations):
                  clock: Callable[[], float], synchronous: bool = False) -> None:
         self.state, self.binder, self.config, self.hooks, self.clock = state, binder, config, hooks, clock
         self.fits, self.nominator = config.fits, config.nominator
-        self.fence = NominationFence(state, config.collides, clock, config.fence_seconds)
+        self.fence = NominationFence(state, config.collides, clock, config.fence_seconds, hooks.scheduler_names)
         self.synchronous = synchronous
         self._pool = None if synchronous else ThreadPoolExecutor(config.workers, thread_name_prefix="meshfit-bind")
         self._nominations = None if synchronous else ThreadPoolExecutor(NOMINATION_WORKERS,

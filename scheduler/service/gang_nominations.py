@@ -23,8 +23,8 @@ WATCH_LAG_SECONDS = 1.0
 
 class GangNominations:
     """Nomination writes and kube-scheduler's assumed members; mixed into `GangBinding` (it provides `state`, `clock`,
-    `nominator`, `kube_handling`, `kube_told`, `in_flight`, `holds`, `nominating`, `nominated`, `counts`, `kick`, `_submit`,
-    `_nominations`, `_wake_later`, `_back_off` and `_add_in_flight`)."""
+    `nominator`, `fence`, `fits`, `kube_handling`, `kube_told`, `in_flight`, `holds`, `nominating`, `nominated`, `counts`, `kick`, `_submit`,
+    `_nominations`, `_wake_later`, `_back_off`, `_busy`, `_others_on` and `_add_in_flight`)."""
 
     state: Any
     clock: Callable[[], float]
@@ -36,6 +36,8 @@ class GangNominations:
     nominating: dict
     nominated: dict
     counts: dict
+    fence: Any
+    fits: Callable[..., str]
     _nominations: Any
 
     def note_kube_handling(self, record: PodRecord) -> None:
@@ -65,6 +67,7 @@ class GangNominations:
         if record.needs is not None:
             self.holds[record.uid] = (node, record)
             self._add_in_flight(node, record, +1)
+            self.fence.note_hold(record.uid, node)
 
     def let_go(self, uid: str) -> None:
         """Stop counting a held member (see `hold`)."""
@@ -72,6 +75,21 @@ class GangNominations:
         self.kube_told.pop(uid, None)
         if held is not None:
             self._add_in_flight(held[0], held[1], -1)
+            self.fence.note_hold(uid, None)
+
+    def answer_lone(self, record: PodRecord, nodes: list[str], failed: dict[str, str]) -> None:
+        """kube-scheduler asks `/filter` for lone GPU pod `record` (under the lock): offered nodes where it would not fit
+        beside members held there (kube-scheduler's own filters may not count them yet) move from `nodes` to
+        `failed`, and the fence remembers the answer (`NominationFence.note_answer`)."""
+        if record.needs is not None:
+            held_nodes = {node for node, _ in self.holds.values()}
+            busy = self._busy()
+            for name in [n for n in nodes if n in held_nodes]:
+                reason = self.fits(record, name, self._others_on(name, record), busy)
+                if reason:
+                    nodes.remove(name)
+                    failed[name] = f"{reason} beside gang members reserved there"
+        self.fence.note_answer(record, nodes)
 
     def _kube_assumed(self, node: str, record: PodRecord) -> dict[str, PodRecord]:
         """Members other than `record` that kube-scheduler itself assumed on `node` (told their node at `/filter`):

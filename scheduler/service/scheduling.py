@@ -205,6 +205,8 @@ class GangScheduler(BindVerb):
                 else:
                     decision.failed[name] = (f"pod {record.key} needs {record.gpus} GPUs; node has "
                                              f"{node.gpus_free} free once gang reservations are held")
+            if self.direct is not None:
+                self.direct.answer_lone(record, decision.nodes, decision.failed)
         return decision
 
     def _check_consistent(self, record: PodRecord, entry: Reservation | None) -> str:

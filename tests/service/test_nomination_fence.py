@@ -303,3 +303,57 @@ def test_a_lone_gpu_pod_pending_before_the_nomination_fences_the_member_too():
     service.clock.advance(2.5)
     service.scheduler.tick()
     assert bound(service) == {"g-1": node}
+
+
+def lone_gpu_pod(name: str) -> dict:
+    """A lone 1-GPU pod of meshfit's profile asking 8 CPUs and 30 GiB: kube-scheduler places it, after meshfit's
+    `/filter` has offered it nodes."""
+    pod = cpu_pod(name)
+    pod["spec"]["schedulerName"] = "meshfit"
+    pod["spec"]["containers"][0]["resources"]["requests"] = {"nvidia.com/gpu": "1", "cpu": "8", "memory": "30Gi"}
+    return pod
+
+
+def test_a_lone_gpu_pod_of_meshfits_profile_never_asked_about_does_not_fence_the_member():
+    """At 1,000 nodes the burst's lone GPU pods that waited for GPUs held almost every member for the whole fence
+    limit (1,219 members timed out of 1,820): such a pod can only land where meshfit's /filter offers it."""
+    service = direct_service(cpu_nodes(2))
+    watch(service, [lone_gpu_pod("lone")])  # pending; kube-scheduler has not asked meshfit about it yet
+    node = reserve(service, gang("g", 2))
+    assert bound(service) == {"g-1": node}
+    assert service.scheduler.direct.fence.counts["waited"] == 0
+
+
+def test_a_lone_gpu_pod_offered_the_node_before_the_member_was_held_fences_it_until_it_changes():
+    service = direct_service(cpu_nodes(2))
+    lone = lone_gpu_pod("lone")
+    lone["metadata"]["resourceVersion"] = "1"
+    watch(service, [lone])
+    offered = filter_nodes(service.filter(lone))  # its cycle may be past meshfit's answer, assuming it on a node
+    node = reserve(service, gang("g", 2))
+    assert node in offered and service.binder.calls == []  # fenced: that cycle may put it into the member's room
+    assert service.scheduler.direct.fence.counts["waited"] >= 1
+    changed = lone_gpu_pod("lone")
+    changed["metadata"]["resourceVersion"] = "2"
+    changed["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    watch(service, [changed])  # kube-scheduler wrote its verdict: that cycle ended without a Binding
+    service.scheduler.tick()
+    assert bound(service) == {"g-1": node}
+
+
+def test_a_lone_gpu_pod_asked_about_after_the_member_is_held_is_not_offered_its_room():
+    service = direct_service(cpu_nodes(2))
+    watch(service, [cpu_pod("early")])  # holds the member at the fence for a while (a CPU pod of before)
+    lone = lone_gpu_pod("lone")
+    watch(service, [lone])
+    pods = gang("g", 2)
+    for pod in pods:  # 4-GPU members: their nodes keep 4 GPUs free, so only the CPU check can refuse the lone pod
+        pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "4"
+    node = reserve(service, pods)
+    assert service.binder.calls == []
+    reply = service.filter(lone)
+    assert node not in filter_nodes(reply)  # 8 + 10 CPUs do not fit in 16: the member's room is refused
+    assert "beside gang members reserved there" in reply["FailedNodes"][node]
+    service.clock.advance(2.5)
+    service.scheduler.tick()
+    assert bound(service) == {"g-1": node}

@@ -292,8 +292,9 @@ def test_a_higher_priority_pod_pending_for_long_stops_holding_the_member():
 
 
 def test_a_lone_gpu_pod_pending_before_the_nomination_fences_the_member_too():
-    """Found by the short soak on 1.36: kube-scheduler assumed a lone 1-GPU pod (meshfit only answers its /filter) on
-    a node while meshfit bound members there; GPUs fitted, CPU did not (16.75 of 16)."""
+    """Found by the short soak on 1.36: kube-scheduler assumed a lone 1-GPU pod on a node while meshfit bound members
+    there; GPUs fitted, CPU did not (16.75 of 16).  This one is of another profile (meshfit is never asked about it);
+    one of meshfit's profile: the tests below."""
     service = direct_service(cpu_nodes(2))
     lone = cpu_pod("lone")
     lone["spec"]["containers"][0]["resources"]["requests"] = {"nvidia.com/gpu": "1", "cpu": "8", "memory": "30Gi"}

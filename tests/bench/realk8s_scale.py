@@ -124,8 +124,8 @@ class BindWatch:
         """Stop watching."""
         self._stopped = True
         if self._response is not None:
-            try:
-                self._response.close()
+            try:  # shutdown, not close: close waits for the reading thread's lock
+                self._response.shutdown() if hasattr(self._response, "shutdown") else self._response.close()
             except Exception:  # noqa: BLE001 - already closed
                 pass
 

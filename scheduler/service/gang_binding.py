@@ -187,8 +187,9 @@ class GangBinding(GangNominations):
                            lambda name: self._others_on(name, record))
 
     def bind_backlog(self) -> int:
-        """Bindings started and not finished."""
-        return len(self.in_flight)
+        """Members this binder has taken on and not yet seen bound: Bindings in flight, and members held on their node
+        (nominated by meshfit, or assumed by kube-scheduler with its `/bind` to come)."""
+        return len(self._busy())
 
     def _may_bind(self, record: PodRecord, entry: Reservation) -> bool:
         member = record.member

@@ -99,8 +99,11 @@ class GangLifecycle(GangAdmission):
         self.place_gang: Callable[[Any, Any, str], Placement] = place
         """`place(gang, topology, policy)` for new reservations (elastic gangs try their largest size that fits)."""
         self.bind_backlog: Callable[[], int] = lambda: 0
-        """Bindings started and not finished (the direct binder's); the queue admits no gang while it is at
-        `BIND_BACKLOG_LIMIT`, so an admitted gang binds at once instead of queueing behind thousands of Bindings."""
+        """Members the direct binder has taken on and not yet seen bound (Bindings in flight, members nominated or
+        assumed); the queue admits no gang while it is at `BIND_BACKLOG_LIMIT`, so an admitted gang binds at once
+        instead of queueing behind thousands of members."""
+        self.pass_cut_short = False
+        """The last queue pass stopped before its end (members backlog or time budget): the next tick passes again."""
         self.machine = GangStateMachine()
         """Every gang's phase and the named transitions listeners attach to (`scheduler.gangs.lifecycle`)."""
         self.leaves_to_kube: Callable[[PodRecord], bool] = lambda record: True
@@ -279,7 +282,8 @@ class GangLifecycle(GangAdmission):
             upkeep(now)
         self._enqueue_pending_from_watch(now)
         capacity = (self.state.generation, self.state.topology.gpus_free, len(self.queue.entries))
-        if self.queue.entries and (capacity != self._last_capacity or now - self._last_pass > 10.0):
+        if self.queue.entries and (capacity != self._last_capacity or self.pass_cut_short
+                                   or now - self._last_pass > 10.0):
             self._last_capacity, self._last_pass = capacity, now
             self.admit_waiting()
         self.observe_all()

@@ -358,3 +358,28 @@ def test_a_lone_gpu_pod_asked_about_after_the_member_is_held_is_not_offered_its_
     service.clock.advance(2.5)
     service.scheduler.tick()
     assert bound(service) == {"g-1": node}
+
+
+def test_the_queue_admits_no_gang_while_members_it_reserved_are_held_unbound(monkeypatch):
+    """At 5,000 nodes, with only Bindings in flight counted, the queue reserved 384 gangs in 20 s while their members
+    waited for nominations and the fence, and kube-scheduler's /filter calls timed out behind those passes."""
+    from scheduler.service import gang_admission
+
+    monkeypatch.setattr(gang_admission, "BIND_BACKLOG_LIMIT", 2)
+    service = direct_service(cpu_nodes(4))
+    watch(service, [cpu_pod("early")])  # fences the first gang's members for a while
+    watch(service, gang("a", 2) + gang("b", 2))
+    service.scheduler.tick()
+    service.clock.advance(3.5)  # nobody asked about them: meshfit queues them from the watch
+    service.scheduler.tick()
+    reserved = [key for key in ("default/a", "default/b") if service.state.ledger.get(key) is not None]
+    assert len(reserved) == 1 and service.scheduler.direct.bind_backlog() == 2  # held, fenced, not bound
+    service.clock.advance(2.5)
+    service.scheduler.tick()  # the fence passed: the first gang binds
+    first = reserved[0].split("/")[1]
+    assert sorted(bound(service)) == [f"{first}-0", f"{first}-1"]
+    for pod in gang(first, 2):  # the watch reports them bound: no longer held
+        pod["spec"]["nodeName"] = bound(service)[pod["metadata"]["name"]]
+        watch(service, [pod])
+    service.scheduler.tick()
+    assert all(service.state.ledger.get(key) is not None for key in ("default/a", "default/b"))  # the queue went on

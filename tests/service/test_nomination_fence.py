@@ -383,3 +383,17 @@ def test_the_queue_admits_no_gang_while_members_it_reserved_are_held_unbound(mon
         watch(service, [pod])
     service.scheduler.tick()
     assert all(service.state.ledger.get(key) is not None for key in ("default/a", "default/b"))  # the queue went on
+
+
+def test_a_left_over_nomination_of_a_member_reserved_elsewhere_takes_no_room():
+    """At 5,000 nodes, nominations of members moved or released before their nomination was cleared made 1,003
+    members "no longer fit" rooms their own gang held, one gang at a time, and one gang ended partly bound."""
+    service = direct_service(cpu_nodes(2))
+    stale = members("a", 3)[:2]  # a gang still waiting for its third pod: nothing of it is reserved
+    for pod, node in zip(stale, ("n-0-1", "n-0-0")):
+        pod["status"]["nominatedNodeName"] = node  # nominated before its reservation was released
+    watch(service, stale)
+    assert service.state.ledger.get("default/a") is None
+    node = reserve(service, gang("g", 2))
+    assert bound(service) == {"g-1": node}
+    assert service.scheduler.direct.counts["no_longer_fit"] == 0

@@ -64,6 +64,8 @@ class GangNominations:
         if held is not None and held[0] == node:
             return
         self.let_go(record.uid)
+        if record.uid in self.in_flight:
+            return  # counted as a Binding in flight already (kube-scheduler asked about it while it was being bound)
         if record.needs is not None:
             self.holds[record.uid] = (node, record)
             self._add_in_flight(node, record, +1)

@@ -166,9 +166,10 @@ def create_pod_group(kube: Any, name: str, min_count: int, key: str = LEAF_LABEL
                  "schedulingPolicy": policy, "schedulingConstraints": constraints}})
 
 
-def create_members(kube: Any, group: str, count: int, parallelism: str) -> None:
-    """`count` index-less pods of the group: `spec.schedulingGroup.podGroupName`, no index, no other gang label."""
-    for i in range(count):
+def create_members(kube: Any, group: str, count: int, parallelism: str, first: int = 0) -> None:
+    """`count` index-less pods of the group (named from `first`): `spec.schedulingGroup.podGroupName`, no index, no
+    other gang label."""
+    for i in range(first, first + count):
         request_bytes(kube.api_client, "POST", f"/api/v1/namespaces/{kube.namespace}/pods", body={
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{group}-{i}", "labels": {GROUP_LABEL: group},
@@ -226,6 +227,28 @@ def test_a_pod_group_binds_whole_through_the_plugin_in_one_leaf_with_ranks_and_p
     leaf = leaves.pop()
     assert f'placement="meshfit:{LEAF_LABEL}={leaf}"' in env.scheduler_log.read_text(), logs(env)
     assert meshfit_bindings(env) == 0, "meshfit posted Bindings of its own for PodGroup members"
+
+
+def test_a_replacement_member_placed_by_the_plugin_gets_the_deleted_members_index_ranks_and_node(env):
+    """Replacement keeps holding on the plugin path: kube-scheduler's group cycle asks meshfit about the one new pod,
+    meshfit answers with the slot it kept (the lost member's index, ranks and node), and kube-scheduler binds it."""
+    create_nodes(env.core, 8, gpus=GPUS, leaf_size=4)
+    create_pod_group(env, "rep", 4)
+    create_members(env, "rep", 4, "tp=8,dp=4")
+    wait_for(lambda: bound(env, "rep") == (4, 4), timeout=60,
+             message=lambda _: f"gang not bound whole: {bound(env, 'rep')}\n{logs(env)}")
+    before = {p.name: (parse_assignment(p.annotations), p.node_name) for p in members(env, "rep")}
+    lost, (assignment, node) = next((n, v) for n, v in before.items() if v[0].pod_index == 2)
+    env.core.delete_namespaced_pod(lost, env.namespace, grace_period_seconds=0)
+    wait_for(lambda: all(p.name != lost for p in members(env, "rep")), timeout=30, message="member not deleted")
+    create_members(env, "rep", 1, "tp=8,dp=4", first=4)
+    wait_for(lambda: bound(env, "rep") == (4, 4), timeout=60,
+             message=lambda _: f"replacement not bound: {bound(env, 'rep')}\n{logs(env)}")
+    new = next(p for p in members(env, "rep") if p.name == "rep-4")
+    got = parse_assignment(new.annotations)
+    assert (got.pod_index, got.ranks, new.node_name) == (2, assignment.ranks, node), (got, new.node_name, node)
+    assert got.master_addr == next(v[1] for v in before.values() if v[0].pod_index == 0)
+    assert meshfit_bindings(env) == 0, "meshfit posted a Binding of its own for the replacement"
 
 
 def test_a_pod_group_that_does_not_fit_waits_whole_with_a_reason_then_binds_whole(env):

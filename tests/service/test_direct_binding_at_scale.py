@@ -1,0 +1,118 @@
+"""Faults of the direct binding path that a 5,000-node burst showed (docs/architecture.md, "The tail fixed at 5,000
+nodes"): lone GPU pods at the fence, admission while members wait, a member counted twice, left-over nominations."""
+
+from __future__ import annotations
+
+from tests.service.helpers import filter_nodes
+from tests.service.test_direct_binding import bound, direct_service, members, watch
+from tests.service.test_nomination_fence import cpu_nodes, cpu_pod, gang, reserve
+
+
+def lone_gpu_pod(name: str) -> dict:
+    """A lone 1-GPU pod of meshfit's profile asking 8 CPUs and 30 GiB: kube-scheduler places it, after meshfit's
+    `/filter` has offered it nodes."""
+    pod = cpu_pod(name)
+    pod["spec"]["schedulerName"] = "meshfit"
+    pod["spec"]["containers"][0]["resources"]["requests"] = {"nvidia.com/gpu": "1", "cpu": "8", "memory": "30Gi"}
+    return pod
+
+
+def test_a_lone_gpu_pod_of_meshfits_profile_never_asked_about_does_not_fence_the_member():
+    """At 1,000 nodes the burst's lone GPU pods that waited for GPUs held almost every member for the whole fence
+    limit (1,219 members timed out of 1,820): such a pod can only land where meshfit's /filter offers it."""
+    service = direct_service(cpu_nodes(2))
+    watch(service, [lone_gpu_pod("lone")])  # pending; kube-scheduler has not asked meshfit about it yet
+    node = reserve(service, gang("g", 2))
+    assert bound(service) == {"g-1": node}
+    assert service.scheduler.direct.fence.counts["waited"] == 0
+
+
+def test_a_lone_gpu_pod_offered_the_node_before_the_member_was_held_fences_it_until_it_changes():
+    service = direct_service(cpu_nodes(2))
+    lone = lone_gpu_pod("lone")
+    lone["metadata"]["resourceVersion"] = "1"
+    watch(service, [lone])
+    offered = filter_nodes(service.filter(lone))  # its cycle may be past meshfit's answer, assuming it on a node
+    node = reserve(service, gang("g", 2))
+    assert node in offered and service.binder.calls == []  # fenced: that cycle may put it into the member's room
+    assert service.scheduler.direct.fence.counts["waited"] >= 1
+    changed = lone_gpu_pod("lone")
+    changed["metadata"]["resourceVersion"] = "2"
+    changed["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    watch(service, [changed])  # kube-scheduler wrote its verdict: that cycle ended without a Binding
+    service.scheduler.tick()
+    assert bound(service) == {"g-1": node}
+
+
+def test_a_lone_gpu_pod_asked_about_after_the_member_is_held_is_not_offered_its_room():
+    service = direct_service(cpu_nodes(2))
+    watch(service, [cpu_pod("early")])  # holds the member at the fence for a while (a CPU pod of before)
+    lone = lone_gpu_pod("lone")
+    watch(service, [lone])
+    pods = gang("g", 2)
+    for pod in pods:  # 4-GPU members: their nodes keep 4 GPUs free, so only the CPU check can refuse the lone pod
+        pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "4"
+    node = reserve(service, pods)
+    assert service.binder.calls == []
+    reply = service.filter(lone)
+    assert node not in filter_nodes(reply)  # 8 + 10 CPUs do not fit in 16: the member's room is refused
+    assert "beside gang members reserved there" in reply["FailedNodes"][node]
+    service.clock.advance(2.5)
+    service.scheduler.tick()
+    assert bound(service) == {"g-1": node}
+
+
+def test_the_queue_admits_no_gang_while_members_it_reserved_are_held_unbound(monkeypatch):
+    """At 5,000 nodes, with only Bindings in flight counted, the queue reserved 384 gangs in 20 s while their members
+    waited for nominations and the fence, and kube-scheduler's /filter calls timed out behind those passes."""
+    from scheduler.service import gang_admission
+
+    monkeypatch.setattr(gang_admission, "BIND_BACKLOG_LIMIT", 2)
+    service = direct_service(cpu_nodes(4))
+    watch(service, [cpu_pod("early")])  # fences the first gang's members for a while
+    watch(service, gang("a", 2) + gang("b", 2))
+    service.scheduler.tick()
+    service.clock.advance(3.5)  # nobody asked about them: meshfit queues them from the watch
+    service.scheduler.tick()
+    reserved = [key for key in ("default/a", "default/b") if service.state.ledger.get(key) is not None]
+    assert len(reserved) == 1 and service.scheduler.direct.bind_backlog() == 2  # held, fenced, not bound
+    service.clock.advance(2.5)
+    service.scheduler.tick()  # the fence passed: the first gang binds
+    first = reserved[0].split("/")[1]
+    assert sorted(bound(service)) == [f"{first}-0", f"{first}-1"]
+    for pod in gang(first, 2):  # the watch reports them bound: no longer held
+        pod["spec"]["nodeName"] = bound(service)[pod["metadata"]["name"]]
+        watch(service, [pod])
+    service.scheduler.tick()
+    assert all(service.state.ledger.get(key) is not None for key in ("default/a", "default/b"))  # the queue went on
+
+
+def test_a_left_over_nomination_of_a_member_reserved_elsewhere_takes_no_room():
+    """At 5,000 nodes, nominations of members moved or released before their nomination was cleared made 1,003
+    members "no longer fit" rooms their own gang held, one gang at a time, and one gang ended partly bound."""
+    service = direct_service(cpu_nodes(2))
+    stale = members("a", 3)[:2]  # a gang still waiting for its third pod: nothing of it is reserved
+    for pod, node in zip(stale, ("n-0-1", "n-0-0")):
+        pod["status"]["nominatedNodeName"] = node  # nominated before its reservation was released
+    watch(service, stale)
+    assert service.state.ledger.get("default/a") is None
+    node = reserve(service, gang("g", 2))
+    assert bound(service) == {"g-1": node}
+    assert service.scheduler.direct.counts["no_longer_fit"] == 0
+
+
+def test_a_member_kube_scheduler_asks_about_while_its_binding_is_in_flight_is_counted_once():
+    """At 5,000 nodes on 1.35 kube-scheduler tried members on their nominated node at once, and a member told its node
+    at /filter while meshfit's Binding of it was in flight was counted twice: 1,021 members 'no longer fit' their own
+    room ("8 requested, 0 free") and were moved."""
+    service = direct_service(cpu_nodes(2))
+    watch(service, [cpu_pod("early")])  # keeps g-1 at the fence, so its Binding can be started by hand below
+    pods = gang("g", 2)
+    node = reserve(service, pods)
+    service.clock.advance(2.5)
+    direct = service.scheduler.direct
+    with service.state.lock:
+        assert direct.kick("default/g") == 1  # the Binding of g-1 is in flight (queued on a worker)
+    assert filter_nodes(service.filter(pods[1])) == [node]  # kube-scheduler asks about it meanwhile
+    direct.run_pending()
+    assert bound(service) == {"g-1": node} and direct.counts["no_longer_fit"] == 0

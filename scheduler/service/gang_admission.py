@@ -42,7 +42,8 @@ def usage_of(placement: Placement, topo: Any) -> dict[int, int]:
 
 class GangAdmission:
     """Queue admission; mixed into `GangLifecycle` (it provides `state`, `queue`, `policy`, `clock`, `members`,
-    `reserved`, `unplaced`, `place_gang`, `bind_backlog`, `pass_cut_short`, `scheduler_names`, `seen`, `noticed`, `rolling_back`
+    `reserved`, `unplaced`, `place_gang`, `bind_backlog`, `pass_cut_short`, `scheduler_names`, `seen`, `noticed`,
+    `rolling_back`
     and `is_rolling_back`)."""
 
     state: Any

@@ -188,8 +188,9 @@ class GangBinding(GangNominations):
 
     def bind_backlog(self) -> int:
         """Members this binder has taken on and not yet seen bound: Bindings in flight, and members held on their node
-        (nominated by meshfit, or assumed by kube-scheduler with its `/bind` to come)."""
-        return len(self._busy())
+        (nominated by meshfit, or assumed by kube-scheduler with its `/bind` to come); the two never overlap
+        (`hold`)."""
+        return len(self.in_flight) + len(self.holds)
 
     def _may_bind(self, record: PodRecord, entry: Reservation) -> bool:
         member = record.member

@@ -23,7 +23,8 @@ WATCH_LAG_SECONDS = 1.0
 
 class GangNominations:
     """Nomination writes and kube-scheduler's assumed members; mixed into `GangBinding` (it provides `state`, `clock`,
-    `nominator`, `fence`, `fits`, `kube_handling`, `kube_told`, `in_flight`, `holds`, `nominating`, `nominated`, `counts`, `kick`, `_submit`,
+    `nominator`, `fence`, `fits`, `in_flight_requests`, `kube_handling`, `kube_told`, `in_flight`, `holds`,
+    `nominating`, `nominated`, `counts`, `kick`, `_submit`,
     `_nominations`, `_wake_later`, `_back_off`, `_busy`, `_others_on` and `_add_in_flight`)."""
 
     state: Any
@@ -38,6 +39,7 @@ class GangNominations:
     counts: dict
     fence: Any
     fits: Callable[..., str]
+    in_flight_requests: dict
     _nominations: Any
 
     def note_kube_handling(self, record: PodRecord) -> None:
@@ -83,14 +85,16 @@ class GangNominations:
         """kube-scheduler asks `/filter` for lone GPU pod `record` (under the lock): offered nodes where it would not fit
         beside members held there (kube-scheduler's own filters may not count them yet) move from `nodes` to
         `failed`, and the fence remembers the answer (`NominationFence.note_answer`)."""
-        if record.needs is not None:
-            held_nodes = {node for node, _ in self.holds.values()}
-            busy = self._busy()
-            for name in [n for n in nodes if n in held_nodes]:
-                reason = self.fits(record, name, self._others_on(name, record), busy)
+        counted = self.in_flight_requests  # nodes with held members or Bindings in flight, kept up to date
+        if record.needs is not None and counted:
+            busy, kept = self._busy(), []
+            for name in nodes:
+                reason = self.fits(record, name, self._others_on(name, record), busy) if name in counted else ""
                 if reason:
-                    nodes.remove(name)
                     failed[name] = f"{reason} beside gang members reserved there"
+                else:
+                    kept.append(name)
+            nodes[:] = kept
         self.fence.note_answer(record, nodes)
 
     def _kube_assumed(self, node: str, record: PodRecord) -> dict[str, PodRecord]:

@@ -23,7 +23,7 @@ WATCH_LAG_SECONDS = 1.0
 
 class GangNominations:
     """Nomination writes and kube-scheduler's assumed members; mixed into `GangBinding` (it provides `state`, `clock`,
-    `nominator`, `fence`, `fits`, `in_flight_requests`, `kube_handling`, `kube_told`, `in_flight`, `holds`,
+    `nominator`, `fence`, `fits`, `in_flight_requests`, `kube_handling`, `kube_told`, `told_on`, `in_flight`, `holds`,
     `nominating`, `nominated`, `counts`, `kick`, `_submit`,
     `_nominations`, `_wake_later`, `_back_off`, `_busy`, `_others_on` and `_add_in_flight`)."""
 
@@ -32,6 +32,7 @@ class GangNominations:
     nominator: Any
     kube_handling: dict
     kube_told: dict
+    told_on: dict
     in_flight: dict
     holds: dict
     nominating: dict
@@ -50,13 +51,25 @@ class GangNominations:
         """kube-scheduler was told `node` for this member: it assumes the member there and binds it through `/bind`.
         Until that ends (`kube_let_go`), the member is held on `node` (`hold`)."""
         self.hold(record, node)
+        self._untell(record.uid)
         self.kube_told[record.uid] = node
+        self.told_on.setdefault(node, set()).add(record.uid)
 
     def kube_let_go(self, record: PodRecord) -> None:
         """kube-scheduler is done with this member (bound, refused, or its `/bind` returned)."""
         self.kube_handling.pop(record.uid, None)
-        self.kube_told.pop(record.uid, None)
+        self._untell(record.uid)
         self.let_go(record.uid)
+
+    def _untell(self, uid: str) -> None:
+        """Forget that kube-scheduler was told a node for `uid` (and the index of it)."""
+        node = self.kube_told.pop(uid, None)
+        if node is not None:
+            told = self.told_on.get(node)
+            if told is not None:
+                told.discard(uid)
+                if not told:
+                    del self.told_on[node]
 
     def hold(self, record: PodRecord, node: str) -> None:
         """Count `record`'s requests on `node` from now on, as a Binding in flight is counted, until it is bound or
@@ -76,7 +89,7 @@ class GangNominations:
     def let_go(self, uid: str) -> None:
         """Stop counting a held member (see `hold`)."""
         held = self.holds.pop(uid, None)
-        self.kube_told.pop(uid, None)
+        self._untell(uid)
         if held is not None:
             self._add_in_flight(held[0], held[1], -1)
             self.fence.note_hold(uid, None)
@@ -102,8 +115,12 @@ class GangNominations:
         what its cache counts there for every pod, whatever the priorities.  The fence sees the node as
         kube-scheduler does: these, bound pods and nominations it honours -- not meshfit's own holds and Bindings
         in flight, which kube-scheduler cannot see yet, nor nominations of a lower priority than the pod it places."""
-        return {uid: held for uid, (where, held) in self.holds.items()
-                if where == node and uid != record.uid and self.kube_told.get(uid) == node}
+        found = {}
+        for uid in self.told_on.get(node, ()):
+            held = self.holds.get(uid)
+            if uid != record.uid and held is not None and held[0] == node:
+                found[uid] = held[1]
+        return found
 
     @staticmethod
     def _requests_of(records: dict[str, PodRecord]) -> dict[str, Any]:

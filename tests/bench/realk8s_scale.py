@@ -337,13 +337,15 @@ def run_version(install, nodes: int, qps_settings: list[float | None], args) -> 
             tag = f"q{int(qps) if qps else 'd'}"
             row = {"version": install.full, "nodes": nodes, "qps": qps or "default", "gangs": len(shapes),
                    "gang_pods": sum(s.pods for s in shapes)}
-            row["alone"] = one_phase(plane, core, shapes, args.seed, qps, tag, False, args.settle,
-                                     cpu_pods=args.cpu_pods)
-            row["meshfit"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle,
-                                       tuple(args.meshfit_arg or ()), cpu_pods=args.cpu_pods,
-                                       meshfit_first=args.meshfit_during_burst)
+            if "alone" in args.phases:
+                row["alone"] = one_phase(plane, core, shapes, args.seed, qps, tag, False, args.settle,
+                                         cpu_pods=args.cpu_pods)
+            if "meshfit" in args.phases:
+                row["meshfit"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle,
+                                           tuple(args.meshfit_arg or ()), cpu_pods=args.cpu_pods,
+                                           meshfit_first=args.meshfit_during_burst)
             for key in ("pods_per_second", "pods_per_second_to_90pct", "writes_per_bound_pod"):
-                a, m = row["alone"].get(key), row["meshfit"].get(key)
+                a, m = row.get("alone", {}).get(key), row.get("meshfit", {}).get(key)
                 row[f"ratio_{key}"] = round(m / a, 2) if a and m else None
             print(json.dumps(row), flush=True)
             rows.append(row)
@@ -367,8 +369,12 @@ def main() -> None:
                         help="CPU-only default-scheduler pods per gang pod (members then ask CPU and memory too)")
     parser.add_argument("--meshfit-during-burst", action="store_true",
                         help="start meshfit before the burst is created (the bench before 2026-11-25 did)")
+    parser.add_argument("--phases", default="alone,meshfit",
+                        help="which bursts to run: 'alone,meshfit' (the side-by-side comparison), or one of them to "
+                             "look into a single mode (no ratios then)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    args.phases = set(args.phases.split(","))
     installs, problems = find_installs()
     if args.versions:
         installs = [i for i in installs if i.minor in args.versions.split(",")]

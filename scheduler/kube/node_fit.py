@@ -240,14 +240,29 @@ def _reserved_elsewhere(state: Any, pod: Any, node_name: str) -> bool:
 
 def state_collision_check(state: Any) -> Callable[..., bool]:
     """The nomination fence's test over a `ClusterState`: could pod `other` land on `node_name` now (kube-scheduler's
-    view: bound pods, `in_flight`, nominated pods other than `member`) and leave no room there for `member`?"""
+    view: bound pods, `in_flight`, nominated pods other than `member`) and leave no room there for `member`?
+
+    `memo`: a dict the caller keeps for one member, node, `in_flight` and `busy` (one fence pass over many pods):
+    what the node holds then differs between pods only by their priority (unless a pod is nominated there itself),
+    so it is worked out once per priority, with the member's headroom per resource for the cheap test."""
 
     def racing(other: Any, member: Any, node_name: str, in_flight: Mapping[str, Decimal],
-               busy: Container[str] = ()) -> bool:
+               busy: Container[str] = (), memo: dict | None = None) -> bool:
         node = state.nodes.get(node_name)
         if node is None or other.needs is None or member.needs is None:
             return False
-        used = node_usage(state, node_name, in_flight, other, busy, skip=member.uid)
+        if memo is None or other.uid in state.nominated_to.get(node_name, {}):
+            used = node_usage(state, node_name, in_flight, other, busy, skip=member.uid)
+            return collides(other.needs, node, used, member.needs.requests)
+        known = memo.get(other.priority)
+        if known is None:
+            used = node_usage(state, node_name, in_flight, other, busy, skip=member.uid)
+            headroom = {r: _allocatable(node, r) - used.get(r, 0) - v for r, v in member.needs.requests.items() if v > 0}
+            known = memo[other.priority] = (used, headroom)
+        used, headroom = known
+        wanted = other.needs.requests
+        if not any(wanted.get(r, 0) > room for r, room in headroom.items()):
+            return False  # the cheap test of `collides`: nothing the member asks for is short for both
         return collides(other.needs, node, used, member.needs.requests)
 
     return racing

@@ -65,7 +65,7 @@ class FilterAnswer:
 class NominationFence:
     """Decides whether a nominated member may be bound now (call under the state lock)."""
 
-    def __init__(self, state: Any, collides: Callable[[Any, Any, str, Mapping[str, Any], Container[str]], bool],
+    def __init__(self, state: Any, collides: Callable[..., bool],
                  clock: Callable[[], float], limit_seconds: float = DEFAULT_FENCE_SECONDS,
                  scheduler_names: Callable[[], Container[str]] = lambda: ()) -> None:
         self.state, self.collides, self.clock, self.limit_seconds = state, collides, clock, limit_seconds
@@ -126,7 +126,7 @@ class NominationFence:
     def racing(self, record: Any, node: str, seen: SeenNomination, in_flight: Mapping[str, Any],
                busy: Container[str]) -> list[Any]:
         """The pods that may still land on `node` against `record` (see the module docstring)."""
-        found, names = [], self.scheduler_names()
+        found, names, memo = [], self.scheduler_names(), {}
         held = self.held.get(record.uid)
         held_stamp = held[1] if held is not None and held[0] == node else None
         for other, first, last in self.state.pending_outside.values():
@@ -136,7 +136,7 @@ class NominationFence:
                        and (held_stamp is None or answer.stamp < held_stamp))
             else:
                 may = (first < seen.event and last < seen.event) or other.priority > record.priority
-            if may and self.collides(other, record, node, in_flight, busy):
+            if may and self.collides(other, record, node, in_flight, busy, memo):
                 found.append(other)
         return found
 

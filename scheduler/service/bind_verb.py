@@ -24,7 +24,7 @@ UNKNOWN_NODE_REASON = "node is not in meshfit's cluster state (no GPU resource, 
 
 class BindVerb:
     """`bind` and its helpers; mixed into `GangScheduler` (it provides `state`, `binder`, `lifecycle`, `direct`,
-    `rank_tables`, `observe_binding` and `sweep`)."""
+    `rank_tables`, `observe_binding`, `run_direct_binds` and `sweep`)."""
 
     state: Any
     binder: Any
@@ -32,6 +32,7 @@ class BindVerb:
     direct: Any
     rank_tables: Any
     observe_binding: Any
+    run_direct_binds: Any
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind through the binder with the rank annotations; returns an error text ("" on success)."""
@@ -109,8 +110,15 @@ class BindVerb:
                 if record is None or record.member is None or self.direct.gate_open(record):
                     return ""
             if time.monotonic() >= deadline:
+                with self.state.lock:  # kube-scheduler gives the member up: meshfit binds it with its peers itself
+                    record = self.state.pod(namespace, name)
+                    if record is not None and record.member is not None:
+                        self.direct.kube_let_go(record)
+                        self.direct.kick(record.member.gang_key)
+                self.run_direct_binds()
                 return (f"pod {namespace}/{name}: its gang's other members are not ready to bind yet (being "
-                        f"nominated or moved off nodes whose room was taken); not binding one member alone")
+                        f"nominated or moved off nodes whose room was taken); not binding one member alone, "
+                        f"meshfit binds it with them")
             time.sleep(0.05)
 
     def _already_bound(self, record: PodRecord, entry: Reservation | None, node: str) -> str | None:

@@ -17,6 +17,9 @@ from scheduler.service.binding import BindConflict
 
 log = logging.getLogger("meshfit.bind")
 
+KUBE_TOLD_SECONDS = 30.0
+"""A member kube-scheduler was told its node for, whose `/bind` has not claimed its slot this long after, is taken
+back: meshfit binds it with its peers (its `/bind`, should it come, finds it bound or binding)."""
 WATCH_LAG_SECONDS = 1.0
 """How long a nomination written is awaited in the watch before it is written again (someone cleared it)."""
 
@@ -140,6 +143,9 @@ class GangNominations:
             if record is None or record.node or slot is None or slot.node != node \
                     or slot.state not in (SLOT_RESERVED, SLOT_BINDING):
                 self.let_go(uid)
+            elif uid in self.kube_told and slot.state == SLOT_RESERVED \
+                    and self.clock() - self.kube_handling.get(uid, -1e18) > KUBE_TOLD_SECONDS:
+                self.kube_let_go(record)  # its /bind never came (the cycle failed after /filter, or the process went)
 
     def _nominate(self, record: PodRecord, node: str | None) -> None:
         """Write `node` as the pod's nomination (None: clear it) on a worker, unless that write is under way or

@@ -360,6 +360,9 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes):
         self.topology.remove_pod(pod_holding_key(record.namespace, record.name))
         if record.uid in self.superseded:  # an evicted member gone: its slot is its replacement's already
             self.superseded.discard(record.uid)
+            entry = self.ledger.get(record.member.gang_key) if record.member is not None else None
+            if entry is not None:
+                entry.pinned_by.discard(record.uid)  # it no longer holds pod 0 on the rendezvous
         elif record.member is not None:
             key = record.member.gang_key
             entry = self.ledger.get(key)

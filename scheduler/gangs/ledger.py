@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from scheduler.placement.jobs import Gang
@@ -80,6 +80,9 @@ class Reservation:
     """When the first member was bound (None while none is): completion deadlines count from here."""
     announced_bound: bool = False
     """The "all pods bound" milestone was logged / recorded for the gang as it stands (reset when one is lost)."""
+    pinned_by: set[str] = field(default_factory=set)
+    """Uids of members meshfit evicted to replace them, bound with `given` and still present (terminating): their
+    processes may still run with that rendezvous, so pod 0 stays on it until they are gone, as if they were bound."""
     elastic: dict | None = None
     """Elastic gangs: `{"min_dp", "max_dp", "dp", "generation"}` (set by `scheduler.service.elastic`; published
     in the rank table so launchers can follow resizes); None for a fixed-size gang."""
@@ -104,8 +107,9 @@ class Reservation:
         return [s for s in self.slots.values() if s.state in (SLOT_RESERVED, SLOT_BINDING)]
 
     def has_bound(self) -> bool:
-        """True while some member is bound or being bound (the gang can no longer just expire)."""
-        return any(s.state in (SLOT_BOUND, SLOT_BINDING) for s in self.slots.values())
+        """True while some member is bound or being bound, or an evicted one told the rendezvous is still present
+        (`pinned_by`): the gang can no longer just expire."""
+        return bool(self.pinned_by) or any(s.state in (SLOT_BOUND, SLOT_BINDING) for s in self.slots.values())
 
     def bound_count(self) -> int:
         """Members bound so far."""
@@ -124,7 +128,7 @@ class Reservation:
     def bound_given(self) -> GivenRendezvous | None:
         """`given` while some member is bound or being bound (a Binding in flight has told its pod the rendezvous
         already: only pods told constrain the rest), else None."""
-        if self.given is None or not any(s.state in (SLOT_BOUND, SLOT_BINDING) for s in self.slots.values()):
+        if self.given is None or not self.has_bound():
             return None
         return self.given
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from scheduler.kube.api import ApiStatusError, request_bytes
 from scheduler.service.binding import BindConflict
 
@@ -53,6 +55,21 @@ class KubeBinder:
             raise BindError(text) from None
 
 
+class _Written(msgspec.Struct):
+    """The part of a written object's answer the nominator reads."""
+
+    metadata: dict = {}
+
+
+def written_version(answer: bytes) -> str | None:
+    """`metadata.resourceVersion` of the object in an API answer, or None when it is not there or not readable."""
+    try:
+        version = msgspec.json.decode(answer, type=_Written).metadata.get("resourceVersion")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return str(version) if version else None
+
+
 class KubeNominator:
     """Implements the service's `Nominator` protocol: one merge patch of the pod's status subresource."""
 
@@ -60,16 +77,18 @@ class KubeNominator:
         self.api_client = api_client
         self.timeout = timeout
 
-    def nominate(self, namespace: str, name: str, uid: str, node: str | None) -> None:
-        """PATCH `status.nominatedNodeName` (uid as precondition); BindConflict on 404/409, BindError otherwise."""
+    def nominate(self, namespace: str, name: str, uid: str, node: str | None) -> str | None:
+        """PATCH `status.nominatedNodeName` (uid as precondition); the pod's `resourceVersion` after the write (None if
+        the answer does not say); BindConflict on 404/409, BindError otherwise."""
         body: dict[str, Any] = {"status": {"nominatedNodeName": node}}
         if uid:
             body["metadata"] = {"uid": uid}
         try:
-            request_bytes(self.api_client, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", body=body,
-                          content_type="application/merge-patch+json", timeout=self.timeout)
+            answer = request_bytes(self.api_client, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                                   body=body, content_type="application/merge-patch+json", timeout=self.timeout)
         except ApiStatusError as exc:
             text = f"nominating node {node} for pod {namespace}/{name} failed: {exc.message or exc.reason} (HTTP {exc.status})"
             if exc.status in (404, 409):
                 raise BindConflict(text) from None
             raise BindError(text) from None
+        return written_version(answer)

@@ -56,10 +56,11 @@ class MemoryNominator:
         self.failures = 0
         """Fail this many of the next calls (tests of failed API calls)."""
 
-    def nominate(self, namespace: str, name: str, uid: str, node: str | None) -> None:
-        """Record the call and apply the nomination to the state's record of the pod."""
+    def nominate(self, namespace: str, name: str, uid: str, node: str | None) -> str | None:
+        """Record the call and apply the nomination to the state's record of the pod (no resourceVersion: None)."""
         self.calls.append((namespace, name, node))
         if self.failures:
             self.failures -= 1
             raise ConnectionError("apiserver unreachable")
         self.state.note_nomination(namespace, name, uid, node)
+        return None

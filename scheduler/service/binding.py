@@ -41,8 +41,9 @@ class Nominator(Protocol):
     """Writes a pod's `status.nominatedNodeName`: kube-scheduler's filters then count the pod's requests on that node
     for every pod of no higher priority, as they do for its own preemptors; raises on failure."""
 
-    def nominate(self, namespace: str, name: str, uid: str, node: str | None) -> None:
-        """Nominate `node` for the pod (None: clear the nomination)."""
+    def nominate(self, namespace: str, name: str, uid: str, node: str | None) -> str | None:
+        """Nominate `node` for the pod (None: clear the nomination); the pod's `resourceVersion` after the write when
+        the API server says (None when it does not)."""
         ...
 
 

@@ -96,8 +96,9 @@ class GangBinding(GangNominations):
         """Node -> requests of this binder's Bindings in flight there (not yet in `state.requested`)."""
         self.nominating: dict[str, str] = {}
         """Pod uid -> the node a nomination write in flight names."""
-        self.nominated: dict[str, tuple[str, float]] = {}
-        """Pod uid -> (node, when) of the last nomination this binder wrote and the API server accepted."""
+        self.nominated: dict[str, tuple[str, float, str | None]] = {}
+        """Pod uid -> (node, when, the pod's resourceVersion after the write) of the last nomination this binder wrote
+        and the API server accepted."""
         self.kube_handling: dict[str, float] = {}
         """Pod uid -> when kube-scheduler was last told this member's node (it is binding it itself)."""
         self.kube_told: dict[str, str] = {}

@@ -21,7 +21,23 @@ KUBE_TOLD_SECONDS = 30.0
 """A member kube-scheduler was told its node for, whose `/bind` has not claimed its slot this long after, is taken
 back: meshfit binds it with its peers (its `/bind`, should it come, finds it bound or binding)."""
 WATCH_LAG_SECONDS = 1.0
-"""How long a nomination written is awaited in the watch before it is written again (someone cleared it)."""
+"""How long a nomination written is awaited in the watch before it is written again (someone cleared it), at least:
+while the watch has not reached the write's `resourceVersion` it is awaited however long that takes (a watch that lags
+under a burst would otherwise have the same nomination written again and again)."""
+
+
+def watch_behind(record: PodRecord, written: str | None) -> bool:
+    """True while the watch has not yet shown the pod as of the write that gave it `resourceVersion` `written`: its
+    record is older, so a nomination missing from it was not cleared by anyone, only not seen yet.  Resource
+    versions are compared as the integers the API server gives (etcd revisions); anything else says False (the caller
+    then goes by time alone)."""
+    seen = record.fingerprint[2] if len(record.fingerprint) == 3 else None
+    if written is None or not isinstance(seen, str):  # no resourceVersion in the pod (a request body's digest)
+        return False
+    try:
+        return int(seen) < int(written)
+    except (TypeError, ValueError):
+        return False
 
 
 class GangNominations:
@@ -158,7 +174,7 @@ class GangNominations:
             return
         written = self.nominated.get(record.uid)
         if node is not None and written is not None and written[0] == node \
-                and self.clock() - written[1] < WATCH_LAG_SECONDS:
+                and (self.clock() - written[1] < WATCH_LAG_SECONDS or watch_behind(record, written[2])):
             self._wake_later(record.member.gang_key if record.member else "", WATCH_LAG_SECONDS)
             return
         self.nominating[record.uid] = node or ""
@@ -170,9 +186,9 @@ class GangNominations:
                 self.nominating.pop(record.uid, None)
                 self.counts["nominate_skipped"] += 1
                 return
-        error = ""
+        error, version = "", None
         try:
-            self.nominator.nominate(record.namespace, record.name, record.uid, node)
+            version = self.nominator.nominate(record.namespace, record.name, record.uid, node)
         except BindConflict as exc:
             error = str(exc)
         except Exception as exc:  # noqa: BLE001 - any failure: retried with backoff
@@ -187,7 +203,7 @@ class GangNominations:
                 self.nominated.pop(record.uid, None)
                 self.counts["cleared"] += 1
             else:
-                self.nominated[record.uid] = (node, self.clock())
+                self.nominated[record.uid] = (node, self.clock(), version)
                 self.counts["nominated"] += 1
             if record.member is not None and not error and node is not None:
                 self.kick(record.member.gang_key)  # in memory the nomination is in the state already
@@ -203,7 +219,7 @@ class GangNominations:
 
     def _clear_stale_nominations(self) -> None:
         """Clear nominations this binder wrote for members whose slot is no longer reserved on that node."""
-        for uid, (node, _) in list(self.nominated.items()):
+        for uid, (node, _, _) in list(self.nominated.items()):
             record = self.state.pods.get(uid)
             if record is None or record.node or record.member is None:
                 self.nominated.pop(uid, None)

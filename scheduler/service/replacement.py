@@ -31,7 +31,7 @@ from collections import Counter
 from typing import Callable
 
 from scheduler.placement.cost import estimate_cost
-from scheduler.gangs.health import SOURCE_DELETED, NodeFailure
+from scheduler.gangs.health import SOURCE_DELETED, SOURCE_NOT_READY, NodeFailure
 from scheduler.placement.offered import offered_only
 from scheduler.gangs.ledger import SLOT_BOUND, SLOT_RELEASED, Reservation
 from scheduler.gangs.reserve_ops import reserve_remaining
@@ -132,6 +132,8 @@ class MemberReplacement:
             entry.slots[index].state = SLOT_RELEASED  # a bound slot holds no reservation key: nothing to free
             if index in records:
                 self.state.superseded.add(records[index].uid)
+                if entry.given is not None and lost[index].source != SOURCE_NOT_READY:
+                    entry.pinned_by.add(records[index].uid)  # its kubelet runs it on with the rendezvous until gone
         placement, reason, spent = self._place_lost(entry)
         entry.bound_since = now  # the completion deadline counts from the replacement
         self._count(lost)

@@ -93,3 +93,14 @@ def test_rank_table_of_a_placed_gang_round_trips_through_the_api(double, api_cli
     stored = double.store.get(double.resource_for({"apiVersion": "v1", "kind": "ConfigMap"}), "team", "meshfit-llm-ranks")
     table = parse_rank_table(stored["data"][RANK_TABLE_KEY])
     assert table.pod_nodes == tuple(placement.pod_nodes) and table.world_size == 16
+
+
+def test_a_nomination_answers_the_pods_resource_version_after_the_write(double, api_client):
+    from scheduler.kube.binder import KubeNominator, written_version
+
+    created = double.create(make_pod("p0"))
+    version = KubeNominator(api_client).nominate("default", "p0", created["metadata"]["uid"], "n3")
+    pod = stored_pod(double)
+    assert pod["status"]["nominatedNodeName"] == "n3"
+    assert version == pod["metadata"]["resourceVersion"] and version != created["metadata"]["resourceVersion"]
+    assert written_version(b"not json") is None and written_version(b'{"metadata": {}}') is None

@@ -54,8 +54,9 @@ class CountingBinder(MemoryBinder):
         super().bind(namespace, name, uid, node, annotations)
 
 
-def direct_service(nodes: list[dict] | None = None, synchronous: bool = True, **options) -> Service:
-    """A service whose scheduler binds reserved members itself (the real mode's wiring, in memory)."""
+def direct_service(nodes: list[dict] | None = None, synchronous: bool = True, nominator=None, **options) -> Service:
+    """A service whose scheduler binds reserved members itself (the real mode's wiring, in memory; `nominator`
+    instead of the in-memory one)."""
     clock = FakeClock()
     state = ClusterState(clock=clock)
     state.needs_of = pod_needs
@@ -63,8 +64,8 @@ def direct_service(nodes: list[dict] | None = None, synchronous: bool = True, **
     state.replace_all(nodes if nodes is not None else fit_nodes(), [], [])
     binder = CountingBinder()
     scheduler, metrics = build_scheduler(state, binder, "first-fit", actions=MemoryActions(),
-                                         synchronous_actions=synchronous, direct_binding=memory_direct_binding(state),
-                                         **options)
+                                         synchronous_actions=synchronous,
+                                         direct_binding=memory_direct_binding(state, nominator=nominator), **options)
     return Service(state, scheduler, binder, TestClient(create_app(scheduler, metrics)), clock)
 
 

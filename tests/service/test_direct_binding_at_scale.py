@@ -152,3 +152,35 @@ def test_a_member_told_its_node_whose_bind_never_comes_is_taken_back():
     service.scheduler.tick()
     service.scheduler.tick()
     assert bound(service) == {"g-0": entry.node_of(0), "g-1": entry.node_of(1)}
+
+
+class LaggingNominator:
+    """A nominator whose writes the watch shows only when the test says: each write answers a newer resourceVersion."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str | None]] = []
+
+    def nominate(self, namespace: str, name: str, uid: str, node: str | None) -> str | None:
+        """Record the write; the pod's resourceVersion after it."""
+        self.calls.append((name, node))
+        return str(100 + len(self.calls))
+
+
+def test_a_nomination_the_watch_has_not_reached_yet_is_not_written_again():
+    """At 5,000 nodes meshfit wrote a member's nomination again every second while its watch lagged behind the burst;
+    a write is awaited until the watch reaches its resourceVersion, and written again only if it is gone by then."""
+    nominator = LaggingNominator()
+    service = direct_service(cpu_nodes(2), nominator=nominator)
+    pods = gang("g", 2)
+    for pod in pods:
+        pod["metadata"]["resourceVersion"] = "5"
+    node = reserve(service, pods)
+    assert nominator.calls == [("g-1", node)]
+    for _ in range(3):  # long past WATCH_LAG_SECONDS, the watch still at resourceVersion 5
+        service.clock.advance(2.0)
+        service.scheduler.tick()
+    assert nominator.calls == [("g-1", node)]
+    pods[1]["metadata"]["resourceVersion"] = "150"  # the watch reaches past the write: the nomination is not there
+    watch(service, [pods[1]])
+    service.scheduler.tick()
+    assert nominator.calls == [("g-1", node), ("g-1", node)]  # someone cleared it: written again

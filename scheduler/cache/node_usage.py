@@ -18,6 +18,7 @@ class NodeUsage:
     requested: dict
     nominated_to: dict
     pending_outside: dict
+    outside_priorities: Any
     outside_since: dict
     pod_events: int
     pods: dict
@@ -59,7 +60,11 @@ class NodeUsage:
         change).  The direct binder's nomination fence reads it: such a pod may be in kube-scheduler's cycle right
         now, and if it was so before kube-scheduler saw a member's nomination, it may still land on that node."""
         self.pod_events += 1
-        self.pending_outside.pop(record.uid, None)
+        listed = self.pending_outside.pop(record.uid, None)
+        if listed is not None:
+            self.outside_priorities[listed[0].priority] -= 1
+            if not self.outside_priorities[listed[0].priority]:
+                del self.outside_priorities[listed[0].priority]
         if not present:
             return  # a replaced version, or the pod is gone: `outside_since` keeps its first sighting meanwhile
         if record.member is None and not record.node and record.needs is not None \
@@ -69,10 +74,15 @@ class NodeUsage:
                 last, fingerprint = self.pod_events, record.fingerprint
             self.outside_since[record.uid] = (first, last, fingerprint)
             self.pending_outside[record.uid] = (record, first, last)
+            self.outside_priorities[record.priority] += 1
         else:
             self.outside_since.pop(record.uid, None)
         if len(self.outside_since) > 2 * len(self.pending_outside) + 1024:  # pods deleted while pending
             self.outside_since = {uid: n for uid, n in self.outside_since.items() if uid in self.pending_outside}
+
+    def highest_outside_priority(self) -> int | None:
+        """The highest priority of a `pending_outside` pod (None when there is none)."""
+        return max(self.outside_priorities, default=None)
 
     def note_nomination(self, namespace: str, name: str, uid: str, node: str | None) -> None:
         """A nomination was written for pod `namespace/name` (embedded mode: no watch reports it back)."""

@@ -14,6 +14,7 @@ slot holds `resv:<ns>/<gang>/<index>` (see `scheduler.gangs.ledger`).
 from __future__ import annotations
 
 import threading
+from collections import Counter
 import time
 from typing import Any, Callable, Iterable
 
@@ -117,6 +118,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes):
         """Uid -> (record, first event, latest event) of unbound pods kube-scheduler binds without meshfit."""
         self.outside_since: dict[str, tuple[int, int, tuple]] = {}
         """Uid -> (first, latest event count, fingerprint) of a `pending_outside` pod (kept across its updates)."""
+        self.outside_priorities: Counter[int] = Counter()
+        """Priority -> how many `pending_outside` pods have it (`highest_outside_priority`)."""
         self.pod_events = 0
         """Pod changes indexed so far, in the order the watch delivered them (the nomination fence's clock)."""
 
@@ -133,6 +136,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes):
                 self._store_object(obj)
             self.pods, self._uid_by_name, self.gang_index, self.requested, self.invalid_pods = {}, {}, {}, {}, {}
             self.nominated_to, self.pending_outside, self._awaiting_index = {}, {}, {}
+            self.outside_priorities = Counter()
             records = [(self._record(pod), pod) for pod in pods]
             for record, _ in records:  # members with an index of their own first: they keep it
                 if record.member is None or record.member.own_index:

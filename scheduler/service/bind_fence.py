@@ -78,6 +78,11 @@ class NominationFence:
         self.seen: dict[str, SeenNomination] = {}
         """Pod uid -> when its current nomination was first seen."""
         self.counts = {"waited": 0, "passed": 0, "timed_out": 0}
+        self.passed: dict[str, tuple[str, int]] = {}
+        """Member uid -> (node, event of its nomination) when it last passed: the pods that race it then form a set
+        that only shrinks (a pod seen later, or changed since, no longer races it; a lone pod answered since left
+        its node out), except pods of higher priority, so a member that passed is not walked over every pending pod
+        again (at 5,000 nodes: 170,071 passes over hundreds of pending pods for 5,718 members)."""
         self.noticed: dict[str, float] = {}
         """Pod uid -> when a pending pod of higher priority than a member was first found racing it."""
 
@@ -96,9 +101,15 @@ class NominationFence:
         seen = self.note(record)
         if seen is None or seen.node != node:
             return self.limit_seconds  # not nominated there (yet): the caller nominates first
+        if self.passed.get(record.uid) == (node, seen.event):
+            highest = self.state.highest_outside_priority()
+            if highest is None or highest <= record.priority:
+                self.counts["passed"] += 1
+                return 0.0  # passed before, and only a pod of higher priority can begin to race it later
         racing = self.racing(record, node, seen, in_flight, busy)
         if not racing:
             self.counts["passed"] += 1
+            self.passed[record.uid] = (node, seen.event)
             return 0.0
         now = self.clock()
         left = seen.at + self.limit_seconds - now
@@ -143,6 +154,7 @@ class NominationFence:
     def forget(self, uid: str) -> None:
         """Drop what is remembered of a pod."""
         self.seen.pop(uid, None)
+        self.passed.pop(uid, None)
         self.noticed.pop(uid, None)
         self.held.pop(uid, None)
         self.answers.pop(uid, None)

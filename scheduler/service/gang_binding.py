@@ -424,8 +424,8 @@ class GangBinding(GangNominations):
         """Drop bookkeeping of pods no longer known (call under the lock)."""
         for uid in [u for u in self.holds if u not in known]:
             self.let_go(uid)
-        for table in (self.kube_handling, self.retry_at, self.refused, self.fence.seen, self.fence.noticed,
-                      self.moved_at):
+        for table in (self.kube_handling, self.retry_at, self.refused, self.fence.seen, self.fence.passed,
+                      self.fence.noticed, self.moved_at):
             for uid in [u for u in table if u not in known]:
                 del table[uid]
 

@@ -43,7 +43,7 @@ def watch_behind(record: PodRecord, written: str | None) -> bool:
 class GangNominations:
     """Nomination writes and kube-scheduler's assumed members; mixed into `GangBinding` (it provides `state`, `clock`,
     `nominator`, `fence`, `fits`, `in_flight_requests`, `kube_handling`, `kube_told`, `told_on`, `in_flight`, `holds`,
-    `nominating`, `nominated`, `counts`, `kick`, `_submit`,
+    `nominating`, `nominated`, `counts`, `kick`, `member_pending`, `_submit`,
     `_nominations`, `_wake_later`, `_back_off`, `_busy`, `_others_on` and `_add_in_flight`)."""
 
     state: Any
@@ -206,7 +206,7 @@ class GangNominations:
                 self.nominated[record.uid] = (node, self.clock(), version)
                 self.counts["nominated"] += 1
             if record.member is not None and not error and node is not None:
-                self.kick(record.member.gang_key)  # in memory the nomination is in the state already
+                self.member_pending(record)  # in memory the nomination is in the state already
 
     def _nomination_moot(self, record: PodRecord) -> bool:
         """True when a nomination queued for `record` need not be written any more (call under the lock): the pod is

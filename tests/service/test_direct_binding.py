@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from starlette.testclient import TestClient
@@ -289,6 +290,9 @@ def test_kube_schedulers_bind_of_a_member_in_flight_waits_for_meshfits_binding()
     service.binder.gate = threading.Event()
     [node0] = filter_nodes(service.filter(pods[0]))
     entry = service.state.ledger.get("default/g")
+    deadline = time.monotonic() + 5  # the nomination is written on a worker, then the gang is kicked
+    while entry.slots[1].state != SLOT_BINDING and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert entry.slots[1].state == SLOT_BINDING  # meshfit's Binding of g-1 is in flight
     node1 = entry.node_of(1)
     reply: dict = {}

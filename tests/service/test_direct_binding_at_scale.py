@@ -184,3 +184,19 @@ def test_a_nomination_the_watch_has_not_reached_yet_is_not_written_again():
     watch(service, [pods[1]])
     service.scheduler.tick()
     assert nominator.calls == [("g-1", node), ("g-1", node)]  # someone cleared it: written again
+
+
+def test_a_member_that_passed_the_fence_is_held_again_by_a_pod_of_higher_priority_that_arrives_later():
+    """A member that passed the fence is not walked over every pending pod again (`NominationFence.passed`), but a pod
+    of higher priority ignores its nomination in every cycle, so one that arrives later still holds it."""
+    service = direct_service(cpu_nodes(3))
+    pods = gang("g", 3)[:2]  # its third pod is not created yet: the gang waits (`MISSING_GRACE_SECONDS`)
+    watch(service, pods)
+    filter_nodes(service.filter(pods[0]))
+    service.scheduler.tick()
+    service.scheduler.tick()
+    assert service.scheduler.direct.fence.passed and service.binder.calls == []
+    watch(service, [cpu_pod("urgent", priority=1000)])
+    service.clock.advance(3.5)  # past the grace: g-1 would bind into its slot alone now
+    service.scheduler.tick()
+    assert service.binder.calls == []  # the urgent pod may take its room in any cycle: it waits

@@ -58,7 +58,7 @@ MOVE_SETTLE_SECONDS = 1.0
 NOMINATION_WORKERS = 32
 """Nominations are written on workers of their own: never queued behind Bindings (they gate them)."""
 PENDING_COALESCE_SECONDS = 0.02
-"""Watch events of one gang's pending members within this long lead to one `kick` of the gang."""
+"""After a kick on a watch event of a gang's pending member, the gang's further events within this long make one more."""
 DRAINED_AT = 16
 """Bindings in flight at which the queue is asked to admit more gangs."""
 
@@ -110,6 +110,8 @@ class GangBinding(GangNominations):
         self.told_on: dict[str, set[str]] = {}
         """Node -> uids of `kube_told` members told that node (the index `_kube_assumed` reads)."""
         self.busy = BusyPods(self.in_flight, self.holds)
+        self.kicked_at: dict[str, float] = {}
+        """Gang key -> when a watch event of a pending member last led to an immediate `kick` (`member_pending`)."""
         self.retry_at: dict[str, tuple[float, int, tuple]] = {}
         """Pod uid -> (not before, failures so far, pod fingerprint at the last failure)."""
         self.refused: dict[str, str] = {}
@@ -184,14 +186,17 @@ class GangBinding(GangNominations):
 
     def member_pending(self, record: PodRecord) -> None:
         """The watch reported a pending member (under the lock): nominate or bind it if its gang is reserved.  The
-        gang is asked about on the wake-up thread, once for all the events of a burst that arrive meanwhile (a kick
-        per event walked every member of the gang per event of any of them)."""
+        gang is asked about at once, and then once more on the wake-up thread for all the events of a burst that arrive
+        within `PENDING_COALESCE_SECONDS` (a kick per event walked every member of the gang per event of any of
+        them)."""
         if record.member is None:
             return
-        if self._waker is None:
-            self.kick(record.member.gang_key)
+        key, now = record.member.gang_key, self.clock()
+        if self._waker is None or now - self.kicked_at.get(key, -1e18) >= PENDING_COALESCE_SECONDS:
+            self.kicked_at[key] = now  # the first event of a while is acted on at once (kube-scheduler may pop the
+            self.kick(key)             # member meanwhile and bind it itself, writing an Event meshfit does not)
         else:
-            self._wake_later(record.member.gang_key, PENDING_COALESCE_SECONDS)
+            self._wake_later(key, PENDING_COALESCE_SECONDS)
 
     def on_transition(self, gang_key: str, _from: str, _to: str) -> None:
         """A gang's slots were (re)held (`reserved`, `repaired`, `re-placed`, `restored`): start on its members."""
@@ -421,7 +426,9 @@ class GangBinding(GangNominations):
             return f"meshfit's own binding of this pod did not finish in {timeout:.0f} s: {exc!r}"
 
     def forget_gone(self, known: dict) -> None:
-        """Drop bookkeeping of pods no longer known (call under the lock)."""
+        """Drop bookkeeping of pods (and gangs) no longer known (call under the lock)."""
+        for key in [k for k in self.kicked_at if k not in self.state.gang_index]:
+            del self.kicked_at[key]
         for uid in [u for u in self.holds if u not in known]:
             self.let_go(uid)
         for table in (self.kube_handling, self.retry_at, self.refused, self.fence.seen, self.fence.passed,

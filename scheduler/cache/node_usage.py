@@ -62,9 +62,10 @@ class NodeUsage:
         self.pod_events += 1
         listed = self.pending_outside.pop(record.uid, None)
         if listed is not None:
-            self.outside_priorities[listed[0].priority] -= 1
-            if not self.outside_priorities[listed[0].priority]:
-                del self.outside_priorities[listed[0].priority]
+            priority = listed[0].priority
+            self.outside_priorities[priority] -= 1
+            if not self.outside_priorities[priority]:
+                del self.outside_priorities[priority]
         if not present:
             return  # a replaced version, or the pod is gone: `outside_since` keeps its first sighting meanwhile
         if record.member is None and not record.node and record.needs is not None \

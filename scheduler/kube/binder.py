@@ -55,19 +55,24 @@ class KubeBinder:
             raise BindError(text) from None
 
 
-class _Written(msgspec.Struct):
-    """The part of a written object's answer the nominator reads."""
+class _WrittenMeta(msgspec.Struct):
+    """The one field of a written object's metadata the nominator reads (the rest is skipped, not decoded)."""
 
-    metadata: dict = {}
+    resourceVersion: str = ""
+
+
+class _Written(msgspec.Struct):
+    """A written object's answer, as far as the nominator reads it."""
+
+    metadata: _WrittenMeta = msgspec.field(default_factory=_WrittenMeta)
 
 
 def written_version(answer: bytes) -> str | None:
     """`metadata.resourceVersion` of the object in an API answer, or None when it is not there or not readable."""
     try:
-        version = msgspec.json.decode(answer, type=_Written).metadata.get("resourceVersion")
+        return msgspec.json.decode(answer, type=_Written).metadata.resourceVersion or None
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return str(version) if version else None
 
 
 class KubeNominator:

@@ -95,8 +95,7 @@ class GangAdmission:
         member = record.member
         names = {r.member.index: r.name for r in self.members(member.gang_key)}
         gang = gang_from_membership(member, names)
-        backlog = self.bind_backlog()
-        if backlog >= BIND_BACKLOG_LIMIT:  # reserved only as fast as its members can be bound: queued meanwhile
+        if self.bind_backlog() >= BIND_BACKLOG_LIMIT:  # reserved only as fast as its members can be bound: queued meanwhile
             reason = (f"gang {gang.key} waits while meshfit binds the members of gangs reserved before it; it is "
                       f"reserved as they are bound")  # the same text each time: kube-scheduler rewrites no status
             self.queue.note(gang.key, record.priority, len(gang.pods), member.gpus_per_pod, reason, self.clock(),

@@ -15,7 +15,7 @@ from scheduler.cache.pod_record import PodRecord
 
 class RequestPods:
     """`observe_pending_pod` and its helpers; mixed into `ClusterState` (it provides `lock`, `pods`, `pod`,
-    `upsert_pod`, `_forget`, `watch_is_truth`, `pod_lookup`, `_missing`, `_request_only` and
+    `upsert_pod`, `_record`, `_forget`, `watch_is_truth`, `pod_lookup`, `_missing`, `_request_only` and
     `max_request_only_pods`)."""
 
     lock: Any
@@ -23,6 +23,7 @@ class RequestPods:
     watch_is_truth: bool
     pod_lookup: Callable[[str, str], dict | None] | None
     _missing: dict
+    _record: Callable[[dict], PodRecord]
     _request_only: dict
     max_request_only_pods: int
 
@@ -39,6 +40,10 @@ class RequestPods:
             old = self.pods.get(uid)
             if old is not None and not old.node and not old.from_watch:
                 self._forget(old)
+
+    def record_from_request(self, pod: dict) -> PodRecord:
+        """A record of the pod in a request body, not kept (a pod the watch has not shown yet, asked about at `/guard`)."""
+        return self._record(pod)
 
     def observe_pending_pod(self, pod: dict) -> PodRecord:
         """Note a pod seen in a scheduling request, unless the state already knows it bound.

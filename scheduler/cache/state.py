@@ -114,6 +114,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes):
         """Node -> resource -> requests of the bound, unfinished pods there (pods with `needs` only)."""
         self.nominated_to: dict[str, dict[str, PodRecord]] = {}
         """Node -> uid -> unbound pods nominated there (`status.nominatedNodeName`; pods with `needs` only)."""
+        self.recent_binds: dict[str, float] = {}
+        """Node -> when meshfit last posted a Binding there: kube-scheduler's cache may not count it yet (`/guard`)."""
         self.pending_outside: dict[str, tuple[PodRecord, int, int]] = {}
         """Uid -> (record, first event, latest event) of unbound pods kube-scheduler binds without meshfit."""
         self.outside_since: dict[str, tuple[int, int, tuple]] = {}
@@ -397,6 +399,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes):
                 return
             record = self.pods[uid]
             record.node = node
+            self.recent_binds[node] = self.ledger.clock()
             self._account(record, node)
             self._nominate(record, True)
             if record.member is not None and given is not None:

@@ -110,6 +110,7 @@ def verb_calls(scheduler: GangScheduler, metrics: ServiceMetrics) -> dict[str, V
     """Every POST verb by path: extender verbs at the root and under `/scheduler`, Volcano's under `/volcano`."""
     verbs: list[tuple[str, Handler, bool]] = [
         ("filter", extender.handle_filter, False),
+        ("guard", extender.handle_guard, False),
         ("prioritize", extender.handle_prioritize, False),
         ("bind", extender.handle_bind, True),  # API round trips: in a worker thread, never on the loop
         ("preempt", extender.handle_preempt, False),

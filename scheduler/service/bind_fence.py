@@ -19,6 +19,12 @@ assumed on the node with its Binding still on the way.  The fence closes that wi
   alone, not both, as kube-scheduler sees X for that pod: bound pods, the pods it assumed there itself, and the
   nominations it honours for that pod's priority -- never meshfit's own holds or Bindings in flight), and either were first seen before the nomination and have not changed since (a cycle of
   theirs may be in flight), or have a higher priority (kube-scheduler ignores a lower-priority nomination).
+- Where kube-scheduler also calls `/guard` for the pods it places in its own cycle (an ignorable extender interested
+  in every pod: `scheduler.service.room_guard`), such a pod is judged by meshfit's last answer, as a lone GPU pod is:
+  while the pod has not changed since that answer, it races the member only if the answer named X and was given
+  before the member was held there -- whatever its priority (a pod changed since, its cycle over, is judged as
+  below until kube-scheduler asks again).  A pod of higher priority created after the fence passed is asked
+  about before kube-scheduler can place it, and the answer counts the member.
 - While any such pod exists, the member waits; a pod bound (anywhere), deleted, or rewritten by kube-scheduler
   since (its cycle ended without a Binding) no longer holds it.  After `limit_seconds` the member is bound anyway:
   a cycle that started before the nomination has long ended by then.  Not so for a pod of higher priority, which
@@ -141,11 +147,13 @@ class NominationFence:
         held = self.held.get(record.uid)
         held_stamp = held[1] if held is not None and held[0] == node else None
         for other, first, last in self.state.pending_outside.values():
+            answer = self.answers.get(other.uid)
             if other.gpus and other.scheduler_name in names:  # placed only where meshfit's /filter offered
-                answer = self.answers.get(other.uid)
                 may = (answer is not None and node in answer.nodes and last <= answer.event
                        and (held_stamp is None or answer.stamp < held_stamp))
-            else:
+            elif answer is not None and last <= answer.event:  # asked /guard, unchanged since: that cycle decides
+                may = node in answer.nodes and (held_stamp is None or answer.stamp < held_stamp)
+            else:  # /guard not asked (not configured, not yet, or the cycle since ended): as before
                 may = (first < seen.event and last < seen.event) or other.priority > record.priority
             if may and self.collides(other, record, node, in_flight, busy, memo):
                 found.append(other)

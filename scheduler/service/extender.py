@@ -73,6 +73,25 @@ def handle_filter(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
     return 200, wire.ENCODER.encode(result)
 
 
+def handle_guard(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
+    """`POST /guard`: the nodes a pod kube-scheduler places in its own cycle may use beside the gang members meshfit
+    holds, binds or just bound there (`scheduler.service.room_guard`), in the request's own mode."""
+    args, error = _args(body)
+    if error is not None:
+        return error
+    names, cache_capable = _node_names(args)
+    try:
+        nodes, failed = scheduler.guard(args.Pod, list(names))
+    except msgspec.ValidationError as exc:
+        return _bad(f"malformed request body: NodeNames: {exc}")
+    result = wire.ExtenderFilterResult(FailedNodes=failed)
+    if cache_capable:
+        result.NodeNames = nodes
+    else:
+        result.Nodes = wire.NodeList([wire.NodeItem(wire.ObjectMeta(n)) for n in nodes])
+    return 200, wire.ENCODER.encode(result)
+
+
 def handle_prioritize(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
     """`POST /prioritize`: a JSON array of `{"Host", "Score"}` with integer scores 0..10."""
     args, error = _args(body)

@@ -161,6 +161,7 @@ class GangBinding(GangNominations, BindingPosts):
         """`kick` every gang with a plainly reserved slot, and clear stale nominations (the periodic pass)."""
         self._clear_stale_nominations()
         self._drop_stale_holds()
+        self._forget_old_binds()
         keys = [key for key, entry in self.state.ledger.entries.items()
                 if any(s.state == SLOT_RESERVED for s in entry.slots.values())]
         return sum(self.kick(key) for key in keys)

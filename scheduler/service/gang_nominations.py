@@ -26,6 +26,14 @@ while the watch has not reached the write's `resourceVersion` it is awaited howe
 under a burst would otherwise have the same nomination written again and again)."""
 
 
+RECENT_BIND_SECONDS = 10.0
+"""How long after meshfit posted a Binding on a node `/guard` still checks pods against that node with the member counted:
+kube-scheduler's cache learns of the Binding only from its own informer, which may lag meshfit's under load."""
+GUARD_REASON_PREFIX = "insufficient "
+"""The refusals `/guard` gives: room short on some resource (kube-scheduler's own filters passed the node, so any
+other reason is a disagreement between the two views of the node, which is kube-scheduler's to judge)."""
+
+
 def watch_behind(record: PodRecord, written: str | None) -> bool:
     """True while the watch has not yet shown the pod as of the write that gave it `resourceVersion` `written`: its
     record is older, so a nomination missing from it was not cleared by anyone, only not seen yet.  Resource
@@ -128,6 +136,33 @@ class GangNominations:
                     kept.append(name)
             nodes[:] = kept
         self.fence.note_answer(record, nodes)
+
+    def answer_guard(self, record: PodRecord, nodes: list[str], failed: dict[str, str]) -> None:
+        """kube-scheduler asks `/guard` about `record`, a pod it places in its own cycle (under the lock): offered nodes
+        where it would not fit beside what meshfit holds there, binds there, or bound there in the last
+        `RECENT_BIND_SECONDS` (none of which kube-scheduler's cache may count yet) move from `nodes` to `failed`, and
+        the fence remembers the answer: a member held on a node after the answer offered it may race this pod
+        (`NominationFence.racing`), one held before it was counted in it."""
+        if record.needs is not None:
+            counted, recent, since = self.in_flight_requests, self.state.recent_binds, self.clock() - RECENT_BIND_SECONDS
+            busy, kept = self._busy(), []
+            for name in nodes:
+                reason = ""
+                if name in counted or recent.get(name, since) > since:
+                    reason = self.fits(record, name, self._others_on(name, record), busy)
+                if reason.startswith(GUARD_REASON_PREFIX):
+                    failed[name] = f"{reason} beside gang members meshfit holds, binds or just bound there"
+                else:
+                    kept.append(name)
+            nodes[:] = kept
+        self.fence.note_answer(record, nodes)
+
+    def _forget_old_binds(self) -> None:
+        """Drop the nodes of `state.recent_binds` whose last Binding is older than `RECENT_BIND_SECONDS`."""
+        since = self.clock() - RECENT_BIND_SECONDS
+        recent = self.state.recent_binds
+        for node in [n for n, at in recent.items() if at <= since]:
+            del recent[node]
 
     def _kube_assumed(self, node: str, record: PodRecord) -> dict[str, PodRecord]:
         """Members other than `record` that kube-scheduler itself assumed on `node` (told their node at `/filter`):

@@ -35,6 +35,7 @@ from scheduler.gangs.reserve_ops import place_and_reserve, reserve_remaining
 from scheduler.service.actions import ActionDispatcher, ClusterActions, MemoryActions
 from scheduler.service.binding import Binder, RankTablePublisher
 from scheduler.service.bind_verb import UNKNOWN_NODE_REASON, BindVerb
+from scheduler.service.room_guard import RoomGuard
 from scheduler.service.binding_wiring import BindingHooks, DirectBinding
 from scheduler.service.gang_binding import GangBinding
 from scheduler.service.gang_lifecycle import DEFAULT_COMPLETION_TIMEOUT, GangLifecycle
@@ -72,7 +73,7 @@ def sampled_out_reason(gang_key: str, index: int, node: str, offered: int) -> st
             f"failed another filter")
 
 
-class GangScheduler(BindVerb):
+class GangScheduler(BindVerb, RoomGuard):
     """Filter / prioritize / bind / preempt / place over one `ClusterState`, one `Binder` and one
     `RankTablePublisher` (in memory unless given)."""
 

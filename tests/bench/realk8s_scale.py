@@ -231,9 +231,11 @@ def scheduler_config(plane: ControlPlane, qps: float | None, extender_url: str |
         shipped = yaml.safe_load(MANIFEST_CONFIG.read_text())
         config.update({k: shipped[k] for k in ("podInitialBackoffSeconds", "podMaxBackoffSeconds")})
         config["profiles"] = shipped["profiles"] + [{"schedulerName": "default-scheduler"}]
-        extender = {**shipped["extenders"][0], "urlPrefix": f"{extender_url}/scheduler", "enableHTTPS": False}
-        extender.pop("tlsConfig", None)  # the bench's meshfit serves plain HTTP on loopback
-        config["extenders"] = [extender]
+        config["extenders"] = []
+        for shipped_extender in shipped["extenders"]:  # the main extender and `/guard`
+            extender = {**shipped_extender, "urlPrefix": f"{extender_url}/scheduler", "enableHTTPS": False}
+            extender.pop("tlsConfig", None)  # the bench's meshfit serves plain HTTP on loopback
+            config["extenders"].append(extender)
     return config
 
 

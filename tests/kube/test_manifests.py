@@ -316,6 +316,18 @@ def test_kube_scheduler_extender_points_at_served_routes():
         assert served_status(f"{url.path}/{extender[key]}") not in (404, 405), key
 
 
+def test_the_guard_extender_asks_about_every_pod_and_never_stops_one():
+    """`/guard` (issue 28): no managedResources (every pod is asked about), ignorable (a meshfit outage never stops a
+    pod), filter only, on the served route and the same host as the main extender."""
+    config = find("KubeSchedulerConfiguration")
+    main, guard = config["extenders"]
+    assert guard["filterVerb"] == "guard" and guard["ignorable"] is True and "managedResources" not in guard
+    assert not {"prioritizeVerb", "bindVerb", "preemptVerb"} & set(guard)
+    assert urlsplit(guard["urlPrefix"])[:3] == urlsplit(main["urlPrefix"])[:3]
+    assert guard["nodeCacheCapable"] is True
+    assert served_status(f"{urlsplit(guard['urlPrefix']).path}/guard") not in (404, 405)
+
+
 def test_volcano_configmap_enables_the_extender_with_known_arguments_and_verbs():
     conf = yaml.safe_load(find("ConfigMap", "volcano-scheduler-configmap")["data"]["volcano-scheduler.conf"])
     jsonschema.validate(conf, VOLCANO_SCHEDULER_CONF)

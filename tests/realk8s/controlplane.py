@@ -156,7 +156,8 @@ def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bo
                      pod_max_backoff_seconds: int = 10, extender_tls: dict | None = None,
                      profiles: Sequence[str] = ("meshfit",)) -> dict:
     """A KubeSchedulerConfiguration (v1) with the `profiles` named (`meshfit` alone by default; add
-    `default-scheduler` for pods kube-scheduler places on its own in the same cache) and meshfit as extender.
+    `default-scheduler` for pods kube-scheduler places on its own in the same cache, which brings meshfit's `/guard`
+    extender too) and meshfit as extender.
 
     `extender_tls` (e.g. {"certFile": ..., "keyFile": ..., "caFile": ...}) turns on `enableHTTPS` with that
     extender `tlsConfig` (kube-scheduler then presents the client certificate to meshfit)."""
@@ -173,10 +174,15 @@ def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bo
             "enableHTTPS": False, "httpTimeout": "10s", "nodeCacheCapable": node_cache_capable,
             "managedResources": [{"name": GPU_RESOURCE, "ignoredByScheduler": False}], "ignorable": False}],
     }
+    if "default-scheduler" in profiles:  # it places other pods too: meshfit's `/guard` is asked about each of them
+        config["extenders"].append({
+            "urlPrefix": f"{extender_url.rstrip('/')}/scheduler", "filterVerb": "guard", "enableHTTPS": False,
+            "httpTimeout": "10s", "nodeCacheCapable": node_cache_capable, "ignorable": True})
     if percentage_of_nodes_to_score is not None:
         config["percentageOfNodesToScore"] = percentage_of_nodes_to_score
     if extender_tls is not None:
-        config["extenders"][0].update({"enableHTTPS": True, "tlsConfig": dict(extender_tls)})
+        for extender in config["extenders"]:
+            extender.update({"enableHTTPS": True, "tlsConfig": dict(extender_tls)})
     return config
 
 

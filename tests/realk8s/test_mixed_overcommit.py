@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import threading
 import time
+import urllib.request
 
 import pytest
 
-from tests.realk8s.cluster_builders import create_nodes, gang_pod_body, gang_status
+from tests.realk8s.cluster_builders import create_nodes, ensure_priority_class, gang_pod_body, gang_status
 from tests.realk8s.overcommit import overcommitted, raw_list
 from tests.realk8s.scenario import wait_settled
 
@@ -28,17 +30,20 @@ NODES, GANGS, GANG_PODS, CPU_PODS = 48, 10, 4, 60
 RUNS = int(os.environ.get("MESHFIT_MIXED_RUNS", "2"))
 
 
-def cpu_pod_body(namespace: str, index: int) -> dict:
+def cpu_pod_body(namespace: str, index: int, priority_class: str | None = None) -> dict:
     """A CPU-only pod of the default scheduler: kube-scheduler places it without meshfit."""
     requests = {"cpu": "8", "memory": "30Gi"}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"cpu-{index:02d}", "namespace": namespace},
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"cpu-{index:02d}", "namespace": namespace},
             "spec": {"schedulerName": "default-scheduler", "containers": [
                 {"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}
+    if priority_class:
+        body["spec"]["priorityClassName"] = priority_class
+    return body
 
 
-def burst_bodies(namespace: str, seed: int) -> list[dict]:
-    """The gangs' members and the CPU pods, shuffled together."""
-    bodies = [cpu_pod_body(namespace, i) for i in range(CPU_PODS)]
+def burst_bodies(namespace: str, seed: int, priority_class: str | None = None) -> list[dict]:
+    """The gangs' members and the CPU pods (of `priority_class`, if given), shuffled together."""
+    bodies = [cpu_pod_body(namespace, i, priority_class) for i in range(CPU_PODS)]
     for g in range(GANGS):
         for i in range(GANG_PODS):
             body = gang_pod_body(namespace, f"g{g}", i, GANG_PODS, 8, f"tp=8,dp={GANG_PODS}")
@@ -61,14 +66,35 @@ def create_concurrently(core, namespace: str, bodies: list[dict], threads: int =
         worker.join()
 
 
+def guard_calls(stack) -> float:
+    """How many `/guard` calls meshfit has answered (its /metrics)."""
+    with urllib.request.urlopen(f"{stack.meshfit.url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    found = re.search(r'^meshfit_request_seconds_count\{verb="guard"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
 @pytest.mark.parametrize("seed", range(RUNS), ids=[f"run{i}" for i in range(RUNS)])
 def test_cpu_pods_placed_by_kube_scheduler_never_share_a_reserved_members_room(kube, meshfit_scheduler, seed):
+    run_burst(kube, meshfit_scheduler, seed)
+
+
+def test_cpu_pods_of_higher_priority_than_the_gangs_never_share_a_reserved_members_room(kube, meshfit_scheduler):
+    """kube-scheduler's filters ignore a member's nomination for a pod of higher priority; what keeps such a pod out
+    of the member's room is meshfit's `/guard`, which kube-scheduler asks about every pod it places."""
+    ensure_priority_class(kube.core.api_client, "mixed-cpu-high", 100000)
+    stack = run_burst(kube, meshfit_scheduler, 7, priority_class="mixed-cpu-high")
+    assert guard_calls(stack) >= CPU_PODS  # kube-scheduler really asked about every CPU pod it placed
+
+
+def run_burst(kube, meshfit_scheduler, seed: int, priority_class: str | None = None):
+    """The issue's burst, checked while it runs and once settled; returns the meshfit stack."""
     create_nodes(kube.core, NODES, gpus=8, leaf_size=8, cpu="16", memory="64Gi")
     # a gang left partly bound (a member created after its peers were bound, its room taken meanwhile) is rolled
     # back whole after the completion timeout: the soak's partly-bound limit, shortened here
     stack = meshfit_scheduler(["--gang-completion-timeout", "30"], profiles=("meshfit", "default-scheduler"))
     creator = threading.Thread(target=create_concurrently,
-                               args=(kube.core, kube.namespace, burst_bodies(kube.namespace, seed)))
+                               args=(kube.core, kube.namespace, burst_bodies(kube.namespace, seed, priority_class)))
     creator.start()
     deadline = time.monotonic() + 20.0
     while creator.is_alive() or time.monotonic() < deadline:  # during the burst and while meshfit binds
@@ -84,3 +110,4 @@ def test_cpu_pods_placed_by_kube_scheduler_never_share_a_reserved_members_room(k
     # gangs are whole or wait whole (wait_settled); how many fit depends on who won the room: the CPU demand is 880 of
     # 768 CPUs, and when kube-scheduler spreads the CPU pods first no node keeps 10 CPUs free for a member
     assert set(gang_status(kube.core, kube.namespace)) == {f"g{g}" for g in range(GANGS)}
+    return stack

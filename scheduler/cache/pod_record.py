@@ -48,6 +48,9 @@ class PodRecord:
     """The node its requests are counted on in `ClusterState.requested` (bookkeeping)."""
     nominated_on: str | None = field(default=None, repr=False, compare=False)
     """The node it is listed under in `ClusterState.nominated_to` (bookkeeping)."""
+    since: str = ""
+    """A gang member's RFC 3339 time of its latest step: bound, when it was bound (its `PodScheduled` condition's
+    `lastTransitionTime`, which the API server sets with the Binding); else when it was created (`since_of`)."""
     invalid_gang: str = ""
     """For a pod of meshfit's (`scheduler.gangs.profile`) with a `member_error`: the gang `GET /gangs` lists as invalid."""
 
@@ -61,6 +64,17 @@ class PodRecord:
         if self.cached_signature is None and self.member is not None:
             self.cached_signature = membership_signature(self.member)
         return self.cached_signature
+
+
+def since_of(pod: dict, bound: bool) -> str:
+    """`PodRecord.since` of `pod` ("" when the API server's object does not say)."""
+    if bound:
+        for condition in (pod.get("status") or {}).get("conditions") or ():
+            if isinstance(condition, dict) and condition.get("type") == "PodScheduled" \
+                    and condition.get("status") == "True":
+                return str(condition.get("lastTransitionTime") or "")
+        return ""
+    return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
 
 
 def int_or_zero(value: object) -> int:

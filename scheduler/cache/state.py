@@ -24,7 +24,7 @@ from scheduler.placement.jobs import JobSpecError
 from scheduler.gangs.membership import gang_from_membership, identify
 from scheduler.gangs.profile import invalid_gang_key, is_meshfit_pod
 from scheduler.gangs.health import NodeFailures, mark_failed_unschedulable
-from scheduler.cache.pod_record import PodRecord, controller_of, int_or_zero
+from scheduler.cache.pod_record import PodRecord, controller_of, int_or_zero, since_of
 from scheduler.gangs.rendezvous import GivenRendezvous, given_from_annotations
 from scheduler.gangs.ledger import DEFAULT_TTL_SECONDS, ReservationLedger
 from scheduler.gangs.spares import parse_gang_spares
@@ -247,7 +247,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes):
                              known.member_error, fingerprint, known.given if node else None, priority, nominated,
                              known.cached_signature, scheduler_name=known.scheduler_name, spares=known.spares,
                              preemption_policy=known.preemption_policy, terminating=terminating, needs=known.needs,
-                             owner=known.owner, invalid_gang=known.invalid_gang)
+                             owner=known.owner, invalid_gang=known.invalid_gang,
+                             since=since_of(pod, bool(node)) if known.member is not None else "")
         try:
             gpus = pod_gpu_request(pod, self.config.gpu_resources)
         except TopologyError:
@@ -266,7 +267,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes):
             if node and member is not None else None
         record = PodRecord(uid, namespace, name, gpus, node, phase, member, error, fingerprint, given, priority, nominated,
                            spares=spares, terminating=terminating, owner=controller_of(pod, name, uid),
-                           invalid_gang=invalid_gang_key(pod) if error and is_meshfit_pod(pod) else "")
+                           invalid_gang=invalid_gang_key(pod) if error and is_meshfit_pod(pod) else "",
+                           since=since_of(pod, bool(node)) if member is not None else "")
         if self.needs_of is not None:
             try:
                 record.needs = self.needs_of(pod)

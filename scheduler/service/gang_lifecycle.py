@@ -44,6 +44,11 @@ from scheduler.service.gang_admission import GangAdmission
 from scheduler.service.gang_rows import gang_counts, gang_rows
 from scheduler.cache.state import ClusterState
 
+REBUILT_GRACE_SECONDS = 10.0
+"""A partly bound gang rebuilt by a new leader keeps its completion deadline (`scheduler.gangs.restart.partly_bound_for`),
+but gets at least this long to bind its missing members before it is rolled back (an entry's `created_at` is its
+reservation, or its rebuild)."""
+
 log = logging.getLogger("meshfit.gang")
 
 REQUEUE_FIRST_SECONDS = 2.0
@@ -344,7 +349,8 @@ class GangLifecycle(GangAdmission):
                 self.queue.note(key, INCOMPLETE_PRIORITY, missing, entry.gang.gpus_per_pod,
                                 f"gang {key}: {entry.bound_count()} member(s) bound, {missing} waiting for room next to "
                                 f"them; ahead of every other gang: {reason}", now)
-        if entry.bound_since is not None and now - entry.bound_since > self.completion_timeout:
+        if entry.bound_since is not None and now - entry.bound_since > self.completion_timeout \
+                and now - entry.created_at > REBUILT_GRACE_SECONDS:
             self.rollback(entry, f"gang {key} is not fully bound {self.completion_timeout:.0f} s after its "
                                  f"first member ({entry.bound_count()} of {len(entry.gang.pods)} bound)")
 

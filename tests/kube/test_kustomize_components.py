@@ -58,14 +58,16 @@ def test_each_component_changes_only_what_it_owns(components):
     assert secrets == ({"meshfit-tls", "meshfit-scheduler-client-tls"} if mtls else set())
     config = yaml.safe_load(objects[("ConfigMap", "kube-system", "meshfit-scheduler-config")]["data"]["config.yaml"])
     shipped = yaml.safe_load((MANIFESTS / "kube-scheduler-config.yaml").read_text())
-    (extender,) = config["extenders"]
+    assert len(config["extenders"]) == 2  # the main extender and the guard
     if mtls:
         assert config == shipped
     else:  # the same configuration, over plain HTTP
-        assert extender["urlPrefix"].startswith("http://") and "tlsConfig" not in extender
-        plain = {**shipped["extenders"][0], "urlPrefix": extender["urlPrefix"]}
-        del plain["enableHTTPS"], plain["tlsConfig"]
-        assert {**config, "extenders": [plain]} == config
+        plain = []
+        for extender, shipped_extender in zip(config["extenders"], shipped["extenders"]):
+            assert extender["urlPrefix"].startswith("http://") and "tlsConfig" not in extender
+            plain.append({**shipped_extender, "urlPrefix": extender["urlPrefix"]})
+            del plain[-1]["enableHTTPS"], plain[-1]["tlsConfig"]
+        assert {**config, "extenders": plain} == config
     # monitoring
     monitoring_objects = {("ServiceMonitor", "meshfit-system", "meshfit"), ("PrometheusRule", "meshfit-system", "meshfit"),
                           ("ConfigMap", "meshfit-system", "meshfit-grafana-dashboard")}

@@ -81,9 +81,16 @@ def handle_guard(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
         return error
     names, cache_capable = _node_names(args)
     try:
-        nodes, failed = scheduler.guard(args.Pod, list(names))
+        nodes, failed = scheduler.guard(args.Pod, names)
     except msgspec.ValidationError as exc:
         return _bad(f"malformed request body: NodeNames: {exc}")
+    if nodes is None:
+        try:
+            nodes = list(names)  # every offered node (decoded all the same: a malformed list is a 400)
+        except msgspec.ValidationError as exc:
+            return _bad(f"malformed request body: NodeNames: {exc}")
+        if cache_capable:  # the request's own list, not encoded again
+            return 200, b'{"NodeNames":' + names.raw + b',"FailedNodes":{},"Error":""}'
     result = wire.ExtenderFilterResult(FailedNodes=failed)
     if cache_capable:
         result.NodeNames = nodes

@@ -13,7 +13,7 @@ by `/filter`: `/guard` passes them through.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 
 class RoomGuard:
@@ -23,19 +23,25 @@ class RoomGuard:
     direct: Any
     _scheduler_names: Callable[[], frozenset[str]]
 
-    def guard(self, pod: dict, node_names: list[str]) -> tuple[list[str], dict[str, str]]:
+    def guard(self, pod: dict, node_names: Iterable[str]) -> tuple[list[str] | None, dict[str, str]]:
         """(nodes `pod` may use of `node_names`, refused node -> why): the offered nodes where it fits beside the gang
-        members meshfit holds, binds or just bound there; all of them without direct binding."""
-        nodes = list(node_names)
-        failed: dict[str, str] = {}
+        members meshfit holds, binds or just bound there.  None instead of the nodes: every offered node (pods `/filter`
+        answers for, or no direct binding), decided without the state lock and without reading the node names."""
         if self.direct is None:
-            return nodes, failed
+            return None, {}
         uid = str((pod.get("metadata") or {}).get("uid") or "")
+        record = self.state.pods.get(uid) if uid else None  # one dict read: no lock needed to look
+        if record is not None and self._answered_by_filter(record):
+            return None, {}
+        nodes, failed = list(node_names), {}
         with self.state.lock:
-            record = self.state.pods.get(uid) if uid else None
             if record is None:
                 record = self.state.record_from_request(pod)  # newer than the watch: judged by its body alone
-            if record.member is not None or (record.gpus and record.scheduler_name in self._scheduler_names()):
-                return nodes, failed  # `/filter` decides for these
+            if self._answered_by_filter(record):
+                return None, {}
             self.direct.answer_guard(record, nodes, failed)
         return nodes, failed
+
+    def _answered_by_filter(self, record: Any) -> bool:
+        """Gang members, and GPU pods of meshfit's profile: `/filter` decides for them."""
+        return record.member is not None or bool(record.gpus and record.scheduler_name in self._scheduler_names())

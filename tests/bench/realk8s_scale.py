@@ -217,8 +217,9 @@ def namespace(core: CoreV1Api, name: str) -> str:
     return name
 
 
-def scheduler_config(plane: ControlPlane, qps: float | None, extender_url: str | None) -> dict:
-    """kube-scheduler's configuration: defaults alone, or the shipped meshfit profile pointed at `extender_url`."""
+def scheduler_config(plane: ControlPlane, qps: float | None, extender_url: str | None, guard: bool = True) -> dict:
+    """kube-scheduler's configuration: defaults alone, or the shipped meshfit profile pointed at `extender_url` (with
+    the shipped `/guard` entry unless `guard` is False)."""
     import yaml
 
     connection: dict = {"kubeconfig": str(plane.scheduler_kubeconfig)}
@@ -232,7 +233,7 @@ def scheduler_config(plane: ControlPlane, qps: float | None, extender_url: str |
         config.update({k: shipped[k] for k in ("podInitialBackoffSeconds", "podMaxBackoffSeconds")})
         config["profiles"] = shipped["profiles"] + [{"schedulerName": "default-scheduler"}]
         config["extenders"] = []
-        for shipped_extender in shipped["extenders"]:  # the main extender and `/guard`
+        for shipped_extender in shipped["extenders"][:None if guard else 1]:  # the main extender and `/guard`
             extender = {**shipped_extender, "urlPrefix": f"{extender_url}/scheduler", "enableHTTPS": False}
             extender.pop("tlsConfig", None)  # the bench's meshfit serves plain HTTP on loopback
             config["extenders"].append(extender)
@@ -253,10 +254,10 @@ def run_scheduler(plane: ControlPlane, config: dict, name: str) -> ManagedProces
 
 def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: float | None, tag: str,
               with_meshfit: bool, settle: float, extra_args: tuple = (), cpu_pods: float = 0.0,
-              meshfit_first: bool = False) -> dict:
+              meshfit_first: bool = False, guard: bool = True) -> dict:
     """One burst in a fresh namespace, scheduled alone or through meshfit; the numbers of that run.  With
     `meshfit_first`, meshfit runs while the burst is created (kube-scheduler still starts after it)."""
-    ns = namespace(core, f"{tag}-{'meshfit' if with_meshfit else 'alone'}")
+    ns = namespace(core, f"{tag}-{('meshfit' if guard else 'noguard') if with_meshfit else 'alone'}")
     watcher = BindWatch(core, ns)
     meshfit, before = None, api_writes(plane)
     if with_meshfit:
@@ -270,7 +271,7 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
         before = api_writes(plane)
         if meshfit is not None:
             meshfit.start()
-    scheduler = run_scheduler(plane, scheduler_config(plane, qps, meshfit.url if meshfit else None), f"ks-{ns}")
+    scheduler = run_scheduler(plane, scheduler_config(plane, qps, meshfit.url if meshfit else None, guard), f"ks-{ns}")
     wait_quiet(watcher, settle, 1800)
     if not scheduler.alive():
         raise RuntimeError(f"kube-scheduler exited during the run:\n{scheduler.tail(30)}")
@@ -346,6 +347,10 @@ def run_version(install, nodes: int, qps_settings: list[float | None], args) -> 
                 row["meshfit"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle,
                                            tuple(args.meshfit_arg or ()), cpu_pods=args.cpu_pods,
                                            meshfit_first=args.meshfit_during_burst)
+            if "noguard" in args.phases:  # before the guard (issue 28): the same burst, no `/guard` entry
+                row["noguard"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle,
+                                           tuple(args.meshfit_arg or ()), cpu_pods=args.cpu_pods,
+                                           meshfit_first=args.meshfit_during_burst, guard=False)
             for key in ("pods_per_second", "pods_per_second_to_90pct", "writes_per_bound_pod"):
                 a, m = row.get("alone", {}).get(key), row.get("meshfit", {}).get(key)
                 row[f"ratio_{key}"] = round(m / a, 2) if a and m else None
@@ -373,7 +378,8 @@ def main() -> None:
                         help="start meshfit before the burst is created (the bench before 2026-11-25 did)")
     parser.add_argument("--phases", default="alone,meshfit",
                         help="which bursts to run: 'alone,meshfit' (the side-by-side comparison), or one of them to "
-                             "look into a single mode (no ratios then)")
+                             "look into a single mode (no ratios then); add 'noguard' for meshfit without the `/guard` "
+                             "extender entry")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.phases = set(args.phases.split(","))

@@ -3,6 +3,8 @@ room meshfit has given a gang member that its cache cannot count yet -- whatever
 
 from __future__ import annotations
 
+import json
+
 from tests.service.helpers import make_pod
 from tests.service.test_direct_binding import bound, direct_service, watch
 from tests.service.test_nomination_fence import cpu_nodes, cpu_pod, gang, reserve
@@ -108,3 +110,17 @@ def test_a_bad_guard_body_is_a_400_with_one_line_and_the_service_keeps_serving()
         assert reply.status_code == 400, (body, reply.text)
         assert "\n" not in reply.json()["error"]
     assert sorted(guard(service, cpu_pod("p"))["NodeNames"]) == ALL
+
+
+def test_a_pass_through_reply_is_the_offered_list_and_a_malformed_list_is_still_a_400():
+    service = direct_service(cpu_nodes(3))
+    pods = gang("g", 2)
+    watch(service, pods)
+    reply = service.client.post("/scheduler/guard", content=b'{"Pod": ' + json.dumps(pods[1]).encode()
+                                + b', "Nodes": null, "NodeNames": ["n-0-2", "n-0-0"]}')
+    assert reply.status_code == 200 and reply.json() == {"NodeNames": ["n-0-2", "n-0-0"], "FailedNodes": {},
+                                                         "Error": ""}
+    for names in (b'[1, 2]', b'5', b'{"a": 1}'):
+        bad = service.client.post("/scheduler/guard", content=b'{"Pod": ' + json.dumps(pods[1]).encode()
+                                  + b', "Nodes": null, "NodeNames": ' + names + b'}')
+        assert bad.status_code == 400, (names, bad.text)

@@ -159,6 +159,14 @@ def check_rendezvous(view: GangView) -> str | None:
     return None
 
 
+def _when(pod: dict) -> str:
+    """`,priority=P,created=T,bound=T` of a pod (API server times), for an over-commit's listing: who came first."""
+    scheduled = next((c.get("lastTransitionTime") for c in (pod.get("status") or {}).get("conditions") or ()
+                      if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
+    return (f",priority={(pod.get('spec') or {}).get('priority', 0)},"
+            f"created={pod['metadata'].get('creationTimestamp')},bound={scheduled}")
+
+
 def _short(resources: dict[str, Decimal]) -> str:
     """`gpu=8,cpu=10` for a listing (the pods count left out)."""
     return ",".join(f"{name.rsplit('/', 1)[-1]}={value.normalize():f}" for name, value in resources.items()
@@ -236,8 +244,8 @@ class PodInvariants:
                 for resource, value in resources.items():
                     total[resource] += value
             names = tuple(sorted({gang_of(p)[0] for p in on_node if gang_of(p)}))
-            listing = ", ".join(f"{p['metadata']['name']}({_short(r)}{',terminating' if kubeio.terminating(p) else ''})"
-                                for p, r in takes)
+            listing = ", ".join(f"{p['metadata']['name']}({_short(r)}{',terminating' if kubeio.terminating(p) else ''}"
+                                f"{_when(p)})" for p, r in takes)
             for resource, value in sorted(total.items()):
                 if value > 0 and value > capacity[node].get(resource, Decimal(0)) and resource in capacity[node]:
                     self.violations.add("overcommit-capacity", f"{node}:{resource}",

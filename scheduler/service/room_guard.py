@@ -35,6 +35,7 @@ class RoomGuard:
             return None, {}
         nodes, failed = list(node_names), {}
         with self.state.lock:
+            record = self.state.pods.get(uid) if uid else None  # as of now, under the lock
             if record is None:
                 record = self.state.record_from_request(pod)  # newer than the watch: judged by its body alone
             if self._answered_by_filter(record):

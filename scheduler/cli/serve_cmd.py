@@ -73,7 +73,7 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
     return state, KubeBinder(api_client)
 
 
-def kube_direct_binding(state: Any, binder: Any, fence_seconds: float, workers: int) -> Any:
+def kube_direct_binding(state: Any, binder: Any, fence_seconds: float, workers: int, backlog_limit: int) -> Any:
     """The direct binder's parts in Kubernetes mode: node-fit and race checks over the watched state, and
     nominations written through the binder's API client."""
     from scheduler.kube.binder import KubeNominator
@@ -81,7 +81,7 @@ def kube_direct_binding(state: Any, binder: Any, fence_seconds: float, workers: 
     from scheduler.service.binding_wiring import DirectBinding
 
     return DirectBinding(state_fit_check(state), state_collision_check(state), KubeNominator(binder.api_client),
-                         fence_seconds, workers)
+                         fence_seconds, workers, backlog_limit)
 
 
 API_CONNECTIONS = 128
@@ -200,6 +200,9 @@ def register(app: typer.Typer) -> None:
                                               "PodGroup members are placed only when its group cycle asks "
                                               "(gRPC PlacePodGroup), never queued unasked or requeued by meshfit."),
         bind_workers: int = typer.Option(16, "--bind-workers", help="Bindings meshfit posts in parallel (1-256)."),
+        bind_backlog: int = typer.Option(256, "--bind-backlog",
+                                         help="Real mode: members reserved and not yet bound at which meshfit reserves "
+                                              "no further gang until they drain (1-100000; docs/architecture.md)."),
         bind_fence_seconds: float = typer.Option(
             2.0, "--bind-fence-seconds",
             help="Real mode: how long a nominated member waits at most for pods kube-scheduler may have been placing "
@@ -277,6 +280,8 @@ def register(app: typer.Typer) -> None:
             reason = f"--max-body-bytes must be >= 1, got {max_body_bytes}"
         if not reason and not 1 <= bind_workers <= 256:
             reason = f"--bind-workers must be between 1 and 256, got {bind_workers}"
+        if not reason and not 1 <= bind_backlog <= 100000:
+            reason = f"--bind-backlog must be between 1 and 100000, got {bind_backlog}"
         if not reason and not 0 <= bind_fence_seconds <= 60:
             reason = f"--bind-fence-seconds must be between 0 and 60, got {bind_fence_seconds}"
         from scheduler.service.metrics import metrics_port_problem, start_metrics_server
@@ -331,7 +336,7 @@ def register(app: typer.Typer) -> None:
                     state, binder = real_state(kubeconfig, cfg, toleration, reservation_ttl, policy,
                                                start_cache=leader is None)
                     publisher, actions = kube_rank_table_publisher(binder), kube_actions(binder)
-                direct = kube_direct_binding(state, binder, bind_fence_seconds, bind_workers) \
+                direct = kube_direct_binding(state, binder, bind_fence_seconds, bind_workers, bind_backlog) \
                     if cluster is None and direct_bind else None
                 scheduler, metrics = build_scheduler(state, binder, policy, publisher, actions,
                                                      completion_timeout=completion_timeout, preemption=preemption,

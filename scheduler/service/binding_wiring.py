@@ -9,6 +9,9 @@ from scheduler.cache.pod_record import PodRecord
 from scheduler.service.bind_fence import DEFAULT_FENCE_SECONDS
 from scheduler.service.binding import Nominator
 
+DEFAULT_BACKLOG_LIMIT = 256
+"""Members reserved and not yet bound (Bindings in flight, members held) at which no further gang is reserved."""
+
 DEFAULT_WORKERS = 16
 """Binding workers: Bindings posted at once."""
 
@@ -16,7 +19,7 @@ DEFAULT_WORKERS = 16
 @dataclass(frozen=True)
 class DirectBinding:
     """What meshfit binds members with: the node-fit check, the fence's race test, the nominator, the fence's
-    limit and the worker count (`scheduler.kube.node_fit.state_fit_check` / `state_collision_check` and
+    limit, the worker count and the bind backlog at which no further gang is reserved (`scheduler.kube.node_fit.state_fit_check` / `state_collision_check` and
     `scheduler.kube.binder.KubeNominator` in Kubernetes mode)."""
 
     fits: Callable[..., str]
@@ -24,6 +27,7 @@ class DirectBinding:
     nominator: Nominator
     fence_seconds: float = DEFAULT_FENCE_SECONDS
     workers: int = DEFAULT_WORKERS
+    backlog_limit: int = DEFAULT_BACKLOG_LIMIT
 
 
 @dataclass(frozen=True)

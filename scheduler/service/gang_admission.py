@@ -95,7 +95,7 @@ class GangAdmission:
         member = record.member
         names = {r.member.index: r.name for r in self.members(member.gang_key)}
         gang = gang_from_membership(member, names)
-        if self.bind_backlog() >= BIND_BACKLOG_LIMIT:  # reserved only as fast as its members can be bound: queued meanwhile
+        if self.bind_backlog() >= self.backlog_limit:  # reserved only as fast as its members can be bound: queued meanwhile
             reason = (f"gang {gang.key} waits while meshfit binds the members of gangs reserved before it; it is "
                       f"reserved as they are bound")  # the same text each time: kube-scheduler rewrites no status
             self.queue.note(gang.key, record.priority, len(gang.pods), member.gpus_per_pod, reason, self.clock(),
@@ -179,7 +179,7 @@ class GangAdmission:
         stop_at = time.perf_counter() + PASS_BUDGET_SECONDS
         self.pass_cut_short = False
         for waiting in self.queue.ordered()[:QUEUE_PASS_DEPTH]:
-            if self.bind_backlog() >= BIND_BACKLOG_LIMIT or time.perf_counter() > stop_at:
+            if self.bind_backlog() >= self.backlog_limit or time.perf_counter() > stop_at:
                 self.pass_cut_short = True  # the next tick passes again, capacity changed or not
                 break
             members = self.members(waiting.key)

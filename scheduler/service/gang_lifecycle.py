@@ -40,7 +40,7 @@ from scheduler.placement.offered import gpus_capped, offered_only
 from scheduler.gangs.reserve_ops import reserve_remaining
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, ActionDispatcher, PodRef
 from scheduler.cache.pod_record import PodRecord
-from scheduler.service.gang_admission import GangAdmission
+from scheduler.service.gang_admission import BIND_BACKLOG_LIMIT, GangAdmission
 from scheduler.service.gang_rows import gang_counts, gang_rows
 from scheduler.cache.state import ClusterState
 
@@ -104,6 +104,7 @@ class GangLifecycle(GangAdmission):
         self.place_gang: Callable[[Any, Any, str], Placement] = place
         """`place(gang, topology, policy)` for new reservations (elastic gangs try their largest size that fits)."""
         self.bind_backlog: Callable[[], int] = lambda: 0
+        self.backlog_limit = BIND_BACKLOG_LIMIT
         """Members the direct binder has taken on and not yet seen bound (Bindings in flight, members nominated or
         assumed); the queue admits no gang while it is at `BIND_BACKLOG_LIMIT`, so an admitted gang binds at once
         instead of queueing behind thousands of members."""
@@ -123,10 +124,12 @@ class GangLifecycle(GangAdmission):
         """Gang key -> the waiting reason last recorded as an Event (one Event per gang per change)."""
 
     def use_direct_binder(self, leaves_to_kube: Callable[[PodRecord], bool], bind_backlog: Callable[[], int],
-                          member_nodes: Callable[[PodRecord], dict[str, int] | None]) -> None:
+                          member_nodes: Callable[[PodRecord], dict[str, int] | None], backlog_limit: int) -> None:
         """Members are nominated and bound by meshfit's direct binder: which ones it leaves to kube-scheduler, how
-        many Bindings it has in flight, and on which nodes a member fits besides its GPUs."""
+        many Bindings it has in flight (no gang is reserved while they reach `backlog_limit`), and on which nodes a
+        member fits besides its GPUs."""
         self.leaves_to_kube, self.bind_backlog, self.member_nodes = leaves_to_kube, bind_backlog, member_nodes
+        self.backlog_limit = backlog_limit
 
     # ----- members ----------------------------------------------------------------------------
     def pod_ref(self, record: PodRecord) -> PodRef:

@@ -111,7 +111,8 @@ class GangScheduler(BindVerb, RoomGuard):
                 synchronous=synchronous_actions)
             for transition in ("reserved", "repaired", "re-placed", "restored"):  # members with slots held
                 self.lifecycle.machine.on(transition, self.direct.on_transition)
-            self.lifecycle.use_direct_binder(self.direct.leaves_to_kube, self.direct.bind_backlog, self.direct.member_nodes)
+            self.lifecycle.use_direct_binder(self.direct.leaves_to_kube, self.direct.bind_backlog, self.direct.member_nodes,
+                                             direct_binding.backlog_limit)
             state.member_pending = self.direct.member_pending
 
     def _re_place_member(self, record: PodRecord, reason: str) -> bool:

@@ -95,17 +95,18 @@ def test_service_deployment_and_service_monitor_agree_on_ports():
 
 def test_scheduler_calls_meshfit_over_https_with_its_client_certificate():
     config = find("KubeSchedulerConfiguration")
-    (extender,) = config["extenders"]
-    url = urlsplit(extender["urlPrefix"])
-    assert url.scheme == "https" and (url.hostname, url.port) == service_url()
-    assert extender["enableHTTPS"] is True
-    tls = extender["tlsConfig"]
-    assert set(tls) == {"certFile", "keyFile", "caFile"}  # caFile: without it the scheduler verifies nothing
-    assert not tls.get("insecure")
+    assert len(config["extenders"]) == 2  # the main extender and the guard: both over mutual TLS
     pod = scheduler_pod()
     (container,) = pod["containers"]
-    assert {secret_of_file(pod, container, tls[key]) for key in tls} == {"meshfit-scheduler-client-tls"}
-    assert [Path(tls[k]).name for k in ("certFile", "keyFile", "caFile")] == ["tls.crt", "tls.key", "ca.crt"]
+    for extender in config["extenders"]:
+        url = urlsplit(extender["urlPrefix"])
+        assert url.scheme == "https" and (url.hostname, url.port) == service_url()
+        assert extender["enableHTTPS"] is True
+        tls = extender["tlsConfig"]
+        assert set(tls) == {"certFile", "keyFile", "caFile"}  # caFile: without it the scheduler verifies nothing
+        assert not tls.get("insecure")
+        assert {secret_of_file(pod, container, tls[key]) for key in tls} == {"meshfit-scheduler-client-tls"}
+        assert [Path(tls[k]).name for k in ("certFile", "keyFile", "caFile")] == ["tls.crt", "tls.key", "ca.crt"]
     assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
 
 

@@ -24,7 +24,8 @@ def fixture(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
 
 
-def memory_direct_binding(state: ClusterState, fence_seconds: float = 2.0, workers: int = 16, nominator=None):
+def memory_direct_binding(state: ClusterState, fence_seconds: float = 2.0, workers: int = 16, nominator=None,
+                          backlog_limit: int = 256):
     """The direct binder's parts as Kubernetes mode wires them, with nominations applied to `state` in memory (or
     written by `nominator`)."""
     from scheduler.kube.node_fit import state_collision_check, state_fit_check
@@ -32,7 +33,7 @@ def memory_direct_binding(state: ClusterState, fence_seconds: float = 2.0, worke
     from scheduler.service.binding_wiring import DirectBinding
 
     return DirectBinding(state_fit_check(state), state_collision_check(state), nominator or MemoryNominator(state),
-                         fence_seconds, workers)
+                         fence_seconds, workers, backlog_limit)
 
 
 @dataclass

@@ -55,7 +55,8 @@ class CountingBinder(MemoryBinder):
         super().bind(namespace, name, uid, node, annotations)
 
 
-def direct_service(nodes: list[dict] | None = None, synchronous: bool = True, nominator=None, **options) -> Service:
+def direct_service(nodes: list[dict] | None = None, synchronous: bool = True, nominator=None, backlog_limit: int = 256,
+                   **options) -> Service:
     """A service whose scheduler binds reserved members itself (the real mode's wiring, in memory; `nominator`
     instead of the in-memory one)."""
     clock = FakeClock()
@@ -66,7 +67,8 @@ def direct_service(nodes: list[dict] | None = None, synchronous: bool = True, no
     binder = CountingBinder()
     scheduler, metrics = build_scheduler(state, binder, "first-fit", actions=MemoryActions(),
                                          synchronous_actions=synchronous,
-                                         direct_binding=memory_direct_binding(state, nominator=nominator), **options)
+                                         direct_binding=memory_direct_binding(state, nominator=nominator,
+                                                                              backlog_limit=backlog_limit), **options)
     return Service(state, scheduler, binder, TestClient(create_app(scheduler, metrics)), clock)
 
 

@@ -62,13 +62,10 @@ def test_a_lone_gpu_pod_asked_about_after_the_member_is_held_is_not_offered_its_
     assert bound(service) == {"g-1": node}
 
 
-def test_the_queue_admits_no_gang_while_members_it_reserved_are_held_unbound(monkeypatch):
+def test_the_queue_admits_no_gang_while_members_it_reserved_are_held_unbound():
     """At 5,000 nodes, with only Bindings in flight counted, the queue reserved 384 gangs in 20 s while their members
     waited for nominations and the fence, and kube-scheduler's /filter calls timed out behind those passes."""
-    from scheduler.service import gang_admission
-
-    monkeypatch.setattr(gang_admission, "BIND_BACKLOG_LIMIT", 2)
-    service = direct_service(cpu_nodes(4))
+    service = direct_service(cpu_nodes(4), backlog_limit=2)  # `meshfit serve --bind-backlog 2`
     watch(service, [cpu_pod("early")])  # fences the first gang's members for a while
     watch(service, gang("a", 2) + gang("b", 2))
     service.scheduler.tick()
@@ -202,13 +199,10 @@ def test_a_member_that_passed_the_fence_is_held_again_by_a_pod_of_higher_priorit
     assert service.binder.calls == []  # the urgent pod may take its room in any cycle: it waits
 
 
-def test_a_gang_kube_scheduler_asks_about_is_queued_while_the_backlog_is_full(monkeypatch):
+def test_a_gang_kube_scheduler_asks_about_is_queued_while_the_backlog_is_full():
     """At 5,000 nodes on 1.26 every gang whose first member kube-scheduler popped was reserved at once, however many
     members were still waiting to be bound: reserved -> bound p50 was 12 s, GPUs held idle meanwhile."""
-    from scheduler.service import gang_admission
-
-    monkeypatch.setattr(gang_admission, "BIND_BACKLOG_LIMIT", 2)
-    service = direct_service(cpu_nodes(4))
+    service = direct_service(cpu_nodes(4), backlog_limit=2)  # `meshfit serve --bind-backlog 2`
     watch(service, [cpu_pod("early")])  # fences the first gang's members for a while
     first, second = gang("a", 2), gang("b", 2)
     watch(service, first + second)

@@ -67,6 +67,8 @@ def test_no_cluster_and_no_in_cluster_config_is_one_line():
     (["--metrics-port", "65536"], "--metrics-port"),
     (["--port", "7001", "--metrics-port", "7001"], "--metrics-port and --port must differ"),
     (["--grpc-port", "7002", "--metrics-port", "7002"], "--metrics-port and --grpc-port must differ"),
+    (["--bind-backlog", "0"], "--bind-backlog"),
+    (["--bind-backlog", "100001"], "--bind-backlog"),
 ])
 def test_bad_flag_values_are_one_line(tmp_path, flags, fragment):
     assert_one_line_error(serve("--cluster", str(cluster_file(tmp_path)), *flags), fragment)

@@ -36,6 +36,7 @@ from scheduler.service.actions import ActionDispatcher, ClusterActions, MemoryAc
 from scheduler.service.binding import Binder, RankTablePublisher
 from scheduler.service.bind_verb import UNKNOWN_NODE_REASON, BindVerb
 from scheduler.service.room_guard import RoomGuard
+from scheduler.service.node_scores import NodeScores
 from scheduler.service.binding_wiring import BindingHooks, DirectBinding
 from scheduler.service.gang_binding import GangBinding
 from scheduler.service.gang_lifecycle import DEFAULT_COMPLETION_TIMEOUT, GangLifecycle
@@ -46,7 +47,6 @@ from scheduler.cache.pod_record import PodRecord
 from scheduler.cache.state import ClusterState
 from topology.model import TopologyError
 
-MAX_SCORE = 10
 
 
 @dataclass
@@ -73,7 +73,7 @@ def sampled_out_reason(gang_key: str, index: int, node: str, offered: int) -> st
             f"failed another filter")
 
 
-class GangScheduler(BindVerb, RoomGuard):
+class GangScheduler(BindVerb, RoomGuard, NodeScores):
     """Filter / prioritize / bind / preempt / place over one `ClusterState`, one `Binder` and one
     `RankTablePublisher` (in memory unless given)."""
 
@@ -348,29 +348,6 @@ class GangScheduler(BindVerb, RoomGuard):
             return None, (f"pod {record.member.index} of gang {record.member.gang_key} is reserved on node {node}, "
                           f"which kube-scheduler's own filters reject for it, and cannot move: {reason}")
         return entry.node_of(record.member.index), ""
-
-    # ----- prioritize --------------------------------------------------------------------------
-    def prioritize(self, pod: dict, node_names: list[str]) -> list[tuple[str, int]]:
-        """Integer scores 0..10: the reserved node 10 for a gang member; best fit for a GPU pod."""
-        meta = pod.get("metadata") or {}
-        with self.state.lock:
-            record = self.state.pod(str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
-            if record is None:
-                record = self.state.observe_pending_pod(pod)
-            if record.member is not None:
-                entry = self.state.ledger.get(record.member.gang_key)
-                node = entry.node_of(record.member.index) if entry is not None else None
-                return [(name, MAX_SCORE if name == node else 0) for name in node_names]
-            if record.gpus == 0:
-                return [(name, 0) for name in node_names]
-            return [(name, self._best_fit_score(name, record.gpus)) for name in node_names]
-
-    def _best_fit_score(self, name: str, gpus: int) -> int:
-        node = self.state.topology.node_by_name.get(name)
-        if node is None or node.gpus_free < gpus or node.gpus_total == 0:
-            return 0
-        left = node.gpus_free - gpus
-        return int(round(MAX_SCORE * (1 - left / node.gpus_total)))
 
     # ----- preempt -----------------------------------------------------------------------------
     def preempt(self, victims: dict[str, list[str]], victim_pods: dict[str, dict] | None = None,

@@ -242,18 +242,29 @@ class ServiceMetrics:
     def watch_scheduler(self, scheduler) -> None:
         """Export the gang queue of `scheduler` and time its gangs' waits."""
         self.register_collector(GangQueueCollector(scheduler), "gang_queue")
-        scheduler.lifecycle.observe_wait = lambda until, seconds: self.gang_wait.labels(until).observe(seconds)
+        scheduler.lifecycle.observe_wait = self.observe_gang_wait
         preemption = getattr(scheduler, "preemption", None)
         if preemption is not None:
             preemption.observe = self.observe_preemption
         elastic = getattr(scheduler, "elastic", None)
         if elastic is not None:
-            elastic.observe = lambda direction: self.elastic_resizes.labels(direction).inc()
+            elastic.observe = self.observe_elastic_resize
         self.register_collector(TransitionCollector(scheduler.lifecycle.machine), "gang_transitions")
         if getattr(scheduler, "direct", None) is not None:
             self.register_collector(DirectBindingCollector(scheduler.direct), "direct_binding")
-        scheduler.observe_binding = lambda by, seconds, ok: self.bindings.labels(
-            by, "bound" if ok else "failed").observe(seconds)
+        scheduler.observe_binding = self.observe_binding
+
+    def observe_gang_wait(self, until: str, seconds: float) -> None:
+        """A gang waited `seconds` from its first arrival until it was `until` ("reserved", "bound")."""
+        self.gang_wait.labels(until).observe(seconds)
+
+    def observe_elastic_resize(self, direction: str) -> None:
+        """Count an elastic gang resize ("grow" or "shrink")."""
+        self.elastic_resizes.labels(direction).inc()
+
+    def observe_binding(self, by: str, seconds: float, ok: bool) -> None:
+        """Time one Binding call made for `by` ("meshfit" or "kube-scheduler")."""
+        self.bindings.labels(by, "bound" if ok else "failed").observe(seconds)
 
     def observe_preemption(self, plan) -> None:
         """Count a preemption and the GPUs its victims held."""

@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from scheduler.service.tls import security_from_flags
-from tests.kube.test_manifests import DOCS, REPO, cli_accepts, find, meshfit_pod_spec, service_url, validate
+from tests.kube.test_image_and_dashboard import cli_accepts
+from tests.kube.test_manifests import DOCS, REPO, find, meshfit_pod_spec, service_url, validate
 
 TLS_FLAGS = ("--tls-cert-file", "--tls-private-key-file", "--client-ca-file")
 CERT_MANAGER = "cert-manager.io/v1"

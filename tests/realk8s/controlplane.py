@@ -26,9 +26,9 @@ from typing import Callable, Sequence
 
 from tests.realk8s.binaries import K8sInstall, find_installs, missing_reason
 from tests.realk8s.pki import make_pki, write_kubeconfig
+from tests.realk8s.scheduler_config import scheduler_config
 
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
-GPU_RESOURCE = "nvidia.com/gpu"
 CONTROLLERS = ("job-controller", "garbage-collector-controller", "serviceaccount-controller",
                "serviceaccount-token-controller", "replicaset-controller", "deployment-controller")
 """kube-controller-manager's controllers the tests run (1.27+ names; node lifecycle and pod GC stay off:
@@ -149,41 +149,6 @@ def http_ok(url: str, context: ssl.SSLContext | None = None, token: str | None =
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
-
-
-def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bool = False,
-                     percentage_of_nodes_to_score: int | None = None, pod_initial_backoff_seconds: int = 1,
-                     pod_max_backoff_seconds: int = 10, extender_tls: dict | None = None,
-                     profiles: Sequence[str] = ("meshfit",)) -> dict:
-    """A KubeSchedulerConfiguration (v1) with the `profiles` named (`meshfit` alone by default; add
-    `default-scheduler` for pods kube-scheduler places on its own in the same cache, which brings meshfit's `/guard`
-    extender too) and meshfit as extender.
-
-    `extender_tls` (e.g. {"certFile": ..., "keyFile": ..., "caFile": ...}) turns on `enableHTTPS` with that
-    extender `tlsConfig` (kube-scheduler then presents the client certificate to meshfit)."""
-    config: dict = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig)},
-        "leaderElection": {"leaderElect": False},
-        "podInitialBackoffSeconds": pod_initial_backoff_seconds,
-        "podMaxBackoffSeconds": pod_max_backoff_seconds,
-        "profiles": [{"schedulerName": name} for name in profiles],
-        "extenders": [{
-            "urlPrefix": f"{extender_url.rstrip('/')}/scheduler", "filterVerb": "filter",
-            "prioritizeVerb": "prioritize", "preemptVerb": "preempt", "bindVerb": "bind", "weight": 1,
-            "enableHTTPS": False, "httpTimeout": "10s", "nodeCacheCapable": node_cache_capable,
-            "managedResources": [{"name": GPU_RESOURCE, "ignoredByScheduler": False}], "ignorable": False}],
-    }
-    if "default-scheduler" in profiles:  # it places other pods too: meshfit's `/guard` is asked about each of them
-        config["extenders"].append({
-            "urlPrefix": f"{extender_url.rstrip('/')}/scheduler", "filterVerb": "guard", "enableHTTPS": False,
-            "httpTimeout": "10s", "nodeCacheCapable": node_cache_capable, "ignorable": True})
-    if percentage_of_nodes_to_score is not None:
-        config["percentageOfNodesToScore"] = percentage_of_nodes_to_score
-    if extender_tls is not None:
-        for extender in config["extenders"]:
-            extender.update({"enableHTTPS": True, "tlsConfig": dict(extender_tls)})
-    return config
 
 
 class ControlPlane:

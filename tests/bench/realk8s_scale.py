@@ -347,6 +347,10 @@ def run_version(install, nodes: int, qps_settings: list[float | None], args) -> 
                 row["meshfit"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle,
                                            tuple(args.meshfit_arg or ()), cpu_pods=args.cpu_pods,
                                            meshfit_first=args.meshfit_during_burst)
+            if args.variant_arg:  # the same burst through meshfit with other flags, side by side
+                row["variant"] = one_phase(plane, core, shapes, args.seed, qps, f"{tag}v", True, args.settle,
+                                           tuple((args.meshfit_arg or []) + args.variant_arg), cpu_pods=args.cpu_pods,
+                                           meshfit_first=args.meshfit_during_burst)
             if "noguard" in args.phases:  # before the guard (issue 28): the same burst, no `/guard` entry
                 row["noguard"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle,
                                            tuple(args.meshfit_arg or ()), cpu_pods=args.cpu_pods,
@@ -380,6 +384,9 @@ def main() -> None:
                         help="which bursts to run: 'alone,meshfit' (the side-by-side comparison), or one of them to "
                              "look into a single mode (no ratios then); add 'noguard' for meshfit without the `/guard` "
                              "extender entry")
+    parser.add_argument("--variant-arg", action="append", default=[],
+                        help="a further meshfit phase with these `meshfit serve` arguments added (repeat), e.g. "
+                             "--variant-arg=--bind-backlog --variant-arg=128")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.phases = set(args.phases.split(","))

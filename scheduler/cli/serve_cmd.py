@@ -200,7 +200,7 @@ def register(app: typer.Typer) -> None:
                                               "PodGroup members are placed only when its group cycle asks "
                                               "(gRPC PlacePodGroup), never queued unasked or requeued by meshfit."),
         bind_workers: int = typer.Option(16, "--bind-workers", help="Bindings meshfit posts in parallel (1-256)."),
-        bind_backlog: int = typer.Option(256, "--bind-backlog",
+        bind_backlog: int = typer.Option(128, "--bind-backlog",
                                          help="Real mode: members reserved and not yet bound at which meshfit reserves "
                                               "no further gang until they drain (1-100000; docs/architecture.md)."),
         bind_fence_seconds: float = typer.Option(

@@ -20,12 +20,13 @@ from scheduler.gangs.queue import delays_head, since_text
 from scheduler.gangs.reserve_ops import shortfall_reason
 from scheduler.placement.offered import gpus_capped, offered_only
 from scheduler.placement.result import Placement
+from scheduler.service.binding_wiring import DEFAULT_BACKLOG_LIMIT
 
 UNASKED_AFTER_SECONDS = 3.0
 """A pending gang kube-scheduler has not asked about for this long is queued by meshfit from the watch."""
 QUEUE_PASS_DEPTH = 64
 """At most this many waiting gangs are tried per queue pass (the simulator's backfill depth idea)."""
-BIND_BACKLOG_LIMIT = 256
+BIND_BACKLOG_LIMIT = DEFAULT_BACKLOG_LIMIT
 """Members reserved and not yet bound -- Bindings in flight, members nominated or assumed by kube-scheduler (see
 `GangLifecycle.bind_backlog`) -- above which no more gangs are reserved, by the queue or for a member kube-scheduler
 asks about (it is queued instead): a gang reserved ahead of that holds its GPUs idle while it waits behind earlier

@@ -25,7 +25,7 @@ def fixture(name: str) -> dict:
 
 
 def memory_direct_binding(state: ClusterState, fence_seconds: float = 2.0, workers: int = 16, nominator=None,
-                          backlog_limit: int = 256):
+                          backlog_limit: int = 128):
     """The direct binder's parts as Kubernetes mode wires them, with nominations applied to `state` in memory (or
     written by `nominator`)."""
     from scheduler.kube.node_fit import state_collision_check, state_fit_check

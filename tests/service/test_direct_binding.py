@@ -55,7 +55,7 @@ class CountingBinder(MemoryBinder):
         super().bind(namespace, name, uid, node, annotations)
 
 
-def direct_service(nodes: list[dict] | None = None, synchronous: bool = True, nominator=None, backlog_limit: int = 256,
+def direct_service(nodes: list[dict] | None = None, synchronous: bool = True, nominator=None, backlog_limit: int = 128,
                    **options) -> Service:
     """A service whose scheduler binds reserved members itself (the real mode's wiring, in memory; `nominator`
     instead of the in-memory one)."""

@@ -63,14 +63,19 @@ def handle_filter(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
         decision = scheduler.filter(args.Pod, names)
     except msgspec.ValidationError as exc:
         return _bad(f"malformed request body: NodeNames: {exc}")
-    result = wire.ExtenderFilterResult(FailedNodes=decision.failed, Error=decision.error)
-    if decision.error:
-        return 200, wire.ENCODER.encode(result)
+    return 200, _filter_reply(decision.nodes, decision.failed, decision.error, cache_capable)
+
+
+def _filter_reply(nodes: list[str], failed: dict[str, str], error: str, cache_capable: bool) -> bytes:
+    """An `ExtenderFilterResult` in the request's own mode (node names, or Node items); no nodes with an `error`."""
+    result = wire.ExtenderFilterResult(FailedNodes=failed, Error=error)
+    if error:
+        return wire.ENCODER.encode(result)
     if cache_capable:
-        result.NodeNames = decision.nodes
+        result.NodeNames = nodes
     else:
-        result.Nodes = wire.NodeList([wire.NodeItem(wire.ObjectMeta(n)) for n in decision.nodes])
-    return 200, wire.ENCODER.encode(result)
+        result.Nodes = wire.NodeList([wire.NodeItem(wire.ObjectMeta(n)) for n in nodes])
+    return wire.ENCODER.encode(result)
 
 
 def handle_guard(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
@@ -91,12 +96,7 @@ def handle_guard(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:
             return _bad(f"malformed request body: NodeNames: {exc}")
         if cache_capable:  # the request's own list, not encoded again
             return 200, b'{"NodeNames":' + names.raw + b',"FailedNodes":{},"Error":""}'
-    result = wire.ExtenderFilterResult(FailedNodes=failed)
-    if cache_capable:
-        result.NodeNames = nodes
-    else:
-        result.Nodes = wire.NodeList([wire.NodeItem(wire.ObjectMeta(n)) for n in nodes])
-    return 200, wire.ENCODER.encode(result)
+    return 200, _filter_reply(nodes, failed, "", cache_capable)
 
 
 def handle_prioritize(scheduler: GangScheduler, body: bytes) -> tuple[int, bytes]:

@@ -126,15 +126,8 @@ class GangNominations:
         beside members held there (kube-scheduler's own filters may not count them yet) move from `nodes` to
         `failed`, and the fence remembers the answer (`NominationFence.note_answer`)."""
         counted = self.in_flight_requests  # nodes with held members or Bindings in flight, kept up to date
-        if record.needs is not None and counted:
-            busy, kept = self._busy(), []
-            for name in nodes:
-                reason = self.fits(record, name, self._others_on(name, record), busy) if name in counted else ""
-                if reason:
-                    failed[name] = f"{reason} beside gang members reserved there"
-                else:
-                    kept.append(name)
-            nodes[:] = kept
+        if counted:
+            self._turn_away(record, nodes, failed, lambda name: name in counted, "", "beside gang members reserved there")
         self.fence.note_answer(record, nodes)
 
     def answer_guard(self, record: PodRecord, nodes: list[str], failed: dict[str, str]) -> None:
@@ -143,19 +136,25 @@ class GangNominations:
         `RECENT_BIND_SECONDS` (none of which kube-scheduler's cache may count yet) move from `nodes` to `failed`, and
         the fence remembers the answer: a member held on a node after the answer offered it may race this pod
         (`NominationFence.racing`), one held before it was counted in it."""
-        if record.needs is not None:
-            counted, recent, since = self.in_flight_requests, self.state.recent_binds, self.clock() - RECENT_BIND_SECONDS
-            busy, kept = self._busy(), []
-            for name in nodes:
-                reason = ""
-                if name in counted or recent.get(name, since) > since:
-                    reason = self.fits(record, name, self._others_on(name, record), busy)
-                if reason.startswith(GUARD_REASON_PREFIX):
-                    failed[name] = f"{reason} beside gang members meshfit holds, binds or just bound there"
-                else:
-                    kept.append(name)
-            nodes[:] = kept
+        counted, recent, since = self.in_flight_requests, self.state.recent_binds, self.clock() - RECENT_BIND_SECONDS
+        self._turn_away(record, nodes, failed, lambda name: name in counted or recent.get(name, since) > since,
+                        GUARD_REASON_PREFIX, "beside gang members meshfit holds, binds or just bound there")
         self.fence.note_answer(record, nodes)
+
+    def _turn_away(self, record: PodRecord, nodes: list[str], failed: dict[str, str], checked: Callable[[str], bool],
+                   prefix: str, beside: str) -> None:
+        """Move from `nodes` to `failed` the nodes `checked` selects where `record` does not fit beside this binder's
+        members (only refusals starting with `prefix` count)."""
+        if record.needs is None:
+            return
+        busy, kept = self._busy(), []
+        for name in nodes:
+            reason = self.fits(record, name, self._others_on(name, record), busy) if checked(name) else ""
+            if reason and reason.startswith(prefix):
+                failed[name] = f"{reason} {beside}"
+            else:
+                kept.append(name)
+        nodes[:] = kept
 
     def _forget_old_binds(self) -> None:
         """Drop the nodes of `state.recent_binds` whose last Binding is older than `RECENT_BIND_SECONDS`."""

@@ -50,6 +50,28 @@ def rate(bound_at) -> dict:
             "pods_per_second_to_90pct": round(k / span90, 1) if span90 else None}
 
 
+def pod_kind(name: str) -> str:
+    """The bench's kind of a pod, from its name: `cpu`, `single` (one GPU, no gang) or `member`."""
+    return name.split("-", 1)[0] if name.startswith(("cpu-", "single-")) else "member"
+
+
+def tail_by_kind(bound_at: dict[str, float]) -> dict:
+    """Where the last 10% of binds went: seconds from the first bind to the 90% mark, and per pod kind the binds
+    after it and the last bind's second."""
+    times = sorted(bound_at.values())
+    if len(times) < 2:
+        return {}
+    start, mark = times[0], times[int(0.9 * (len(times) - 1))]
+    after: dict[str, int] = {}
+    last: dict[str, float] = {}
+    for name, at in bound_at.items():
+        kind = pod_kind(name)
+        last[kind] = max(last.get(kind, 0.0), round(at - start, 1))
+        if at > mark:
+            after[kind] = after.get(kind, 0) + 1
+    return {"seconds_to_90pct": round(mark - start, 1), "binds_after_90pct": after, "last_bind_second": last}
+
+
 def count_bound(core: CoreV1Api, namespace: str) -> int:
     """Pods of `namespace` bound to a node, from a paginated list (500 a page)."""
     bound, token = 0, None
@@ -112,7 +134,7 @@ def reserved_times(log: Path) -> dict[str, float]:
 
 
 def meshfit_histograms(url: str) -> dict:
-    """meshfit's /bind verb and own-Binding latency (count and mean seconds) and its direct binder's event counts."""
+    """meshfit's extender verbs and own-Binding latency (count and mean ms) and its direct binder's event counts."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
         text = response.read().decode()
     found: dict = {}
@@ -126,8 +148,6 @@ def meshfit_histograms(url: str) -> dict:
         sums: dict = {}
         for sample in family.samples:
             key = sample.labels.get("verb") or sample.labels.get("by")
-            if family.name == "meshfit_request_seconds" and key != "bind":
-                continue
             if sample.name.endswith("_count") or sample.name.endswith("_sum"):
                 sums.setdefault(key, {})[sample.name.rsplit("_", 1)[1]] = sample.value
         for key, values in sums.items():

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.kube.kustomize_render import render
 from tests.service.test_serve_cli import free_port
-from tests.service.test_service_tls import Served, call
+from tests.service.tls_served import Served, call
 
 REPO = Path(__file__).resolve().parents[2]
 TROUBLESHOOTING = REPO / "docs" / "troubleshooting.md"

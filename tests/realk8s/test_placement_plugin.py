@@ -29,7 +29,7 @@ from scheduler.kube.api import request_bytes
 from tests.realk8s.binaries import K8sInstall, binary_version, cache_root
 from tests.realk8s.cluster_builders import GPU, LEAF_LABEL, PARALLELISM, SCHEDULER_NAME, create_nodes, wait_for
 from tests.realk8s.conftest import clean_slate
-from tests.service.test_service_tls import client_context, make_test_pki
+from tests.service.tls_served import client_context, make_test_pki
 from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, free_port, http_ok, wait_until
 
 PLUGIN_ENV = "MESHFIT_KS_PLUGIN_BIN"

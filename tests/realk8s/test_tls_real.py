@@ -29,7 +29,7 @@ from tests.realk8s.cluster_builders import (
 from tests.kube.test_manifests_tls import make_docs_pki
 from tests.realk8s.controlplane import ManagedProcess, MeshfitProcess, free_port
 from tests.realk8s.scenario import KubeletStandIn
-from tests.service.test_service_tls import client_context, make_test_pki
+from tests.service.tls_served import client_context, make_test_pki
 
 pytestmark = pytest.mark.realk8s
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"

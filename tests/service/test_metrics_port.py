@@ -12,7 +12,7 @@ import socket
 import pytest
 
 from tests.service.test_serve_cli import assert_one_line_error, cluster_file, free_port, serve
-from tests.service.test_service_tls import Served, call, client_context, filter_body, make_test_pki
+from tests.service.tls_served import Served, call, client_context, filter_body, make_test_pki
 
 
 def _sample(text: str, name: str) -> float:

@@ -125,12 +125,17 @@ class _Served:
         return None
 
 
+def _serve_nothing(*args, **kwargs) -> _Served:
+    """Stands in for `serve_http`: a server that stopped at once."""
+    return _Served()
+
+
 @pytest.fixture(autouse=True)
 def no_serving(monkeypatch):
     """`meshfit serve` returns at once instead of serving when it accepts its input (exit 0: the test fails)."""
     from scheduler.service import server
 
-    monkeypatch.setattr(server, "serve_http", lambda *args, **kwargs: _Served())
+    monkeypatch.setattr(server, "serve_http", _serve_nothing)
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ from tests.realk8s.cluster_builders import bound_gpus, create_nodes, gang_pod_bo
 from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, free_port  # noqa: E402
 from tests.realk8s.scenario import GangShape  # noqa: E402
 from tests.bench.scale_readings import (api_writes, count_bound, diff, meshfit_histograms, nodes_total,  # noqa: E402
-                                        overcommitted, rate, reserved_times, tail_by_kind,
+                                        overcommitted, rate, reserved_times, scheduler_breakdown, tail_by_kind,
                                         waiting_reason)
 
 MANIFEST_CONFIG = Path(__file__).resolve().parents[2] / "manifests" / "kube-scheduler-config.yaml"
@@ -205,10 +205,9 @@ def namespace(core: CoreV1Api, name: str) -> str:
 
 
 def scheduler_config(plane: ControlPlane, qps: float | None, extender_url: str | None, guard: bool = True,
-                     percentage: int | None = None) -> dict:
+                     profile: dict | None = None) -> dict:
     """kube-scheduler's configuration: defaults alone, or the shipped meshfit profile pointed at `extender_url` (with
-    the shipped `/guard` entry unless `guard` is False; `percentage` replaces the profile's percentageOfNodesToScore,
-    0 leaving kube-scheduler's adaptive default)."""
+    the shipped `/guard` entry unless `guard` is False; `profile`'s keys replace the meshfit profile's)."""
     import yaml
 
     connection: dict = {"kubeconfig": str(plane.scheduler_kubeconfig)}
@@ -221,8 +220,7 @@ def scheduler_config(plane: ControlPlane, qps: float | None, extender_url: str |
         shipped = yaml.safe_load(MANIFEST_CONFIG.read_text())
         config.update({k: shipped[k] for k in ("podInitialBackoffSeconds", "podMaxBackoffSeconds")})
         config["profiles"] = shipped["profiles"] + [{"schedulerName": "default-scheduler"}]
-        if percentage is not None:
-            config["profiles"][0] = {**config["profiles"][0], "percentageOfNodesToScore": percentage}
+        config["profiles"][0] = {**config["profiles"][0], **(profile or {})}
         config["extenders"] = []
         for shipped_extender in shipped["extenders"][:None if guard else 1]:  # the main extender and `/guard`
             extender = {**shipped_extender, "urlPrefix": f"{extender_url}/scheduler", "enableHTTPS": False}
@@ -231,17 +229,19 @@ def scheduler_config(plane: ControlPlane, qps: float | None, extender_url: str |
     return config
 
 
-def run_scheduler(plane: ControlPlane, config: dict, name: str) -> ManagedProcess:
-    """Start a kube-scheduler with `config`."""
+def run_scheduler(plane: ControlPlane, config: dict, name: str) -> tuple[ManagedProcess, int]:
+    """Start a kube-scheduler with `config`; (the process, its secure port, whose /metrics needs no authorization)."""
     path = plane.run_dir / f"{name}.json"
     path.write_text(json.dumps(config))
-    return ManagedProcess(name, [str(plane.bin_dir / "kube-scheduler"), f"--config={path}", "--bind-address=127.0.0.1",
-                                 f"--secure-port={free_port()}", "--v=1"], plane.logs / f"{name}.log").start()
+    port = free_port()
+    argv = [str(plane.bin_dir / "kube-scheduler"), f"--config={path}", "--bind-address=127.0.0.1",
+            f"--secure-port={port}", "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics", "--v=1"]
+    return ManagedProcess(name, argv, plane.logs / f"{name}.log").start(), port
 
 
 def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: float | None, tag: str,
               with_meshfit: bool, settle: float, extra_args: tuple = (), cpu_pods: float = 0.0,
-              meshfit_first: bool = False, guard: bool = True, percentage: int | None = None) -> dict:
+              meshfit_first: bool = False, guard: bool = True, profile: dict | None = None) -> dict:
     """One burst in a fresh namespace, scheduled alone or through meshfit; the numbers of that run.  With
     `meshfit_first`, meshfit runs while the burst is created (kube-scheduler still starts after it)."""
     ns = namespace(core, f"{tag}-{('meshfit' if guard else 'noguard') if with_meshfit else 'alone'}")
@@ -258,11 +258,12 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
         before = api_writes(plane)
         if meshfit is not None:
             meshfit.start()
-    config = scheduler_config(plane, qps, meshfit.url if meshfit else None, guard, percentage)
-    scheduler = run_scheduler(plane, config, f"ks-{ns}")
+    config = scheduler_config(plane, qps, meshfit.url if meshfit else None, guard, profile)
+    scheduler, scheduler_port = run_scheduler(plane, config, f"ks-{ns}")
     wait_quiet(watcher, settle, 1800)
     if not scheduler.alive():
         raise RuntimeError(f"kube-scheduler exited during the run:\n{scheduler.tail(30)}")
+    breakdown = scheduler_breakdown(scheduler_port)
     scheduler.stop()  # nothing binds while the end state is read
     if meshfit is not None:
         meshfit_metrics = meshfit_histograms(meshfit.url)
@@ -276,7 +277,7 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
               "gpus_free": sum(max(0, 8 - u) for u in used.values()) + 8 * (nodes_total(core) - len(used)),
               "nodes_with_free_gpus": nodes_total(core) - sum(1 for u in used.values() if u >= 8),
               "single_gpu_pod_waits_because": waiting_reason(core, ns, "single-"),
-              **rate(watcher.bound_at.values()), "tail": tail_by_kind(watcher.bound_at)}
+              **rate(watcher.bound_at.values()), "tail": tail_by_kind(watcher.bound_at), "kube_scheduler": breakdown}
     writes = diff(api_writes(plane), before)
     result.update({"api_writes": sum(writes.values()), "api_writes_by_kind": writes,
                    "writes_per_bound_pod": round(sum(writes.values()) / max(1, len(watcher.bound_at)), 2),
@@ -335,11 +336,11 @@ def run_version(install, nodes: int, qps_settings: list[float | None], args) -> 
                 row["meshfit"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle,
                                            tuple(args.meshfit_arg or ()), cpu_pods=args.cpu_pods,
                                            meshfit_first=args.meshfit_during_burst)
-            if args.variant_arg or args.variant_percentage is not None:  # other settings, side by side
+            if args.variant_arg or args.variant_profile:  # other settings, side by side
                 row["variant"] = one_phase(plane, core, shapes, args.seed, qps, f"{tag}v", True, args.settle,
                                            tuple((args.meshfit_arg or []) + args.variant_arg), cpu_pods=args.cpu_pods,
                                            meshfit_first=args.meshfit_during_burst,
-                                           percentage=args.variant_percentage)
+                                           profile=json.loads(args.variant_profile or "{}"))
             if "noguard" in args.phases:  # before the guard (issue 28): the same burst, no `/guard` entry
                 row["noguard"] = one_phase(plane, core, shapes, args.seed, qps, tag, True, args.settle,
                                            tuple(args.meshfit_arg or ()), cpu_pods=args.cpu_pods,
@@ -376,8 +377,9 @@ def main() -> None:
     parser.add_argument("--variant-arg", action="append", default=[],
                         help="a further meshfit phase with these `meshfit serve` arguments added (repeat), e.g. "
                              "--variant-arg=--bind-backlog --variant-arg=128")
-    parser.add_argument("--variant-percentage", type=int,
-                        help="a further meshfit phase whose profile has this percentageOfNodesToScore (0: drop it)")
+    parser.add_argument("--variant-profile",
+                        help="a further meshfit phase whose kube-scheduler profile takes these keys (JSON), e.g. "
+                             "'{\"percentageOfNodesToScore\": 0}'")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.phases = set(args.phases.split(","))

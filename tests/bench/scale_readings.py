@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import sys
 import urllib.request
 from pathlib import Path
@@ -154,4 +155,32 @@ def meshfit_histograms(url: str) -> dict:
             if values.get("count"):
                 found[f"{family.name}[{key}]"] = {"count": int(values["count"]),
                                                   "mean_ms": round(1000 * values["sum"] / values["count"], 1)}
+    return found
+
+
+def scheduler_breakdown(port: int) -> dict:
+    """kube-scheduler's own account of its cycles (its /metrics on `port`, allowed without authorization): attempts and
+    mean ms by result, and mean ms per framework extension point of unschedulable attempts' phases."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=30, context=context) as response:
+        text = response.read().decode()
+    found: dict = {"attempts": {}, "extension_points": {}}
+    for family in text_string_to_metric_families(text):
+        if family.name == "scheduler_scheduling_attempt_duration_seconds":
+            into, label = found["attempts"], "result"
+        elif family.name == "scheduler_framework_extension_point_duration_seconds":
+            into, label = found["extension_points"], "extension_point"
+        else:
+            continue
+        sums: dict = {}
+        for sample in family.samples:
+            key = f"{sample.labels.get(label)}/{sample.labels.get('status', sample.labels.get('profile', ''))}"
+            if sample.name.endswith(("_count", "_sum")):
+                sums.setdefault(key, {}).setdefault(sample.name.rsplit("_", 1)[1], 0.0)
+                sums[key][sample.name.rsplit("_", 1)[1]] += sample.value
+        for key, values in sums.items():
+            if values.get("count"):
+                into[key] = {"count": int(values["count"]), "mean_ms": round(1000 * values["sum"] / values["count"], 2),
+                             "total_s": round(values["sum"], 1)}
     return found

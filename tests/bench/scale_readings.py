@@ -177,8 +177,9 @@ def scheduler_breakdown(port: int) -> dict:
         for sample in family.samples:
             key = f"{sample.labels.get(label)}/{sample.labels.get('status', sample.labels.get('profile', ''))}"
             if sample.name.endswith(("_count", "_sum")):
-                sums.setdefault(key, {}).setdefault(sample.name.rsplit("_", 1)[1], 0.0)
-                sums[key][sample.name.rsplit("_", 1)[1]] += sample.value
+                part = sums.setdefault(key, {})
+                suffix = sample.name.rsplit("_", 1)[1]
+                part[suffix] = part.get(suffix, 0.0) + sample.value
         for key, values in sums.items():
             if values.get("count"):
                 into[key] = {"count": int(values["count"]), "mean_ms": round(1000 * values["sum"] / values["count"], 2),

@@ -171,6 +171,3 @@ def rank_table(kube, job: str) -> dict | None:
     except Exception:  # noqa: BLE001 - not published yet
         return None
     return json.loads(configmap.data["ranks.json"])
-
-
-# ----- the tests ----------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 from tests.realk8s.cluster_builders import (
     JOB_NAME, assert_no_overcommit, create_gang, create_nodes, gang_pod_body, pending_reasons,
 )
+from tests.realk8s.job_gangs import rank_table
 from tests.realk8s.scenario import delete_gang, meshfit_events
 
 pytestmark = pytest.mark.realk8s
@@ -54,15 +55,6 @@ def pods_of(kube, name: str) -> dict[int, object]:
     """Index -> pod of gang `name` (pods being deleted left out)."""
     pods = kube.core.list_namespaced_pod(kube.namespace, label_selector=f"{JOB_NAME}={name}").items
     return {int(p.metadata.name.rsplit("-", 1)[1]): p for p in pods if p.metadata.deletion_timestamp is None}
-
-
-def rank_table(kube, name: str) -> dict | None:
-    """The gang's published rank table document (None until published)."""
-    try:
-        configmap = kube.core.read_namespaced_config_map(f"meshfit-{name}-ranks", kube.namespace)
-    except Exception:  # noqa: BLE001 - not published yet
-        return None
-    return json.loads(configmap.data["ranks.json"])
 
 
 def elastic_whole(kube, name: str, low: int, high: int) -> int | None:

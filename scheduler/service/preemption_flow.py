@@ -159,7 +159,7 @@ class PreemptionFlow:
             message = (f"{'gang ' if victim.is_gang else 'pod '}{victim.key} (priority {victim.priority}) preempted "
                        f"whole by gang {gang.key} (priority {priority}) to clear {plan.level} {plan.domain}")
             log.warning(message, extra={"gang": victim.key, "decision": "preempted", "preemptor": gang.key})
-            for ref in self._evict_victim(victim, message):
+            for ref in self.evict_victim(victim, message):
                 pending.evicted[ref.uid] = ref
         message = (f"gang {gang.key} (priority {priority}, {len(gang.pods)} pods x {gang.gpus_per_pod} GPUs) preempts "
                    f"{names} in {plan.level} {plan.domain}: {plan.victim_gpus} GPUs freed; reserved there once "
@@ -175,8 +175,8 @@ class PreemptionFlow:
         if self.observe is not None:
             self.observe(plan)
 
-    def _evict_victim(self, victim: Holder, message: str) -> list[PodRef]:
-        """Evict one victim whole; returns the pods evicted."""
+    def evict_victim(self, victim: Holder, message: str) -> list[PodRef]:
+        """Evict one victim whole (a gang: every member, its ledger entry released, rolling back); the pods evicted."""
         lifecycle, evicted = self.lifecycle, []
         if not victim.is_gang:
             namespace, _, name = victim.key[len("pod:"):].partition("/")

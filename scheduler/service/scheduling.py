@@ -42,6 +42,7 @@ from scheduler.service.gang_binding import GangBinding
 from scheduler.service.gang_lifecycle import DEFAULT_COMPLETION_TIMEOUT, GangLifecycle
 from scheduler.service.elastic import ElasticGangs
 from scheduler.service.preemption_flow import PreemptionFlow
+from scheduler.service.lone_preemption import LonePreemption, held_for
 from scheduler.service.ranktables import MemoryRankTables, RankTableTracker
 from scheduler.cache.pod_record import PodRecord
 from scheduler.cache.state import ClusterState
@@ -98,6 +99,7 @@ class GangScheduler(BindVerb, RoomGuard, NodeScores):
         self.lifecycle = GangLifecycle(state, self.dispatcher, policy, state.ledger.clock, completion_timeout)
         state.gang_evicted = self.lifecycle.evicted_whole
         self.preemption = PreemptionFlow(state, self.lifecycle, self.rank_tables, enabled=preemption)
+        self.lone_preemption = LonePreemption(state, self.lifecycle, self.preemption)
         self.elastic = ElasticGangs(self)
         self.observe_binding: Callable[[str, float, bool], None] = lambda by, seconds, ok: None
         """Called with (who asked: "meshfit" | "kube-scheduler", seconds, succeeded) after each Binding call."""
@@ -198,11 +200,12 @@ class GangScheduler(BindVerb, RoomGuard, NodeScores):
         decision = FilterDecision()
         with self.state.lock:
             by_name = self.state.topology.node_by_name
+            held_node, held_gpus = held_for(self.state.topology, record) or ("", 0)  # room meshfit preempted for it
             for name in node_names:
                 node = by_name.get(name)
                 if node is None:
                     decision.failed[name] = UNKNOWN_NODE_REASON
-                elif node.gpus_free >= record.gpus:
+                elif node.gpus_free + (held_gpus if name == held_node else 0) >= record.gpus:
                     decision.nodes.append(name)
                 else:
                     decision.failed[name] = (f"pod {record.key} needs {record.gpus} GPUs; node has "

@@ -153,7 +153,8 @@ def served_status(path: str) -> int:
 
 def test_kube_scheduler_extender_points_at_served_routes():
     config = find("KubeSchedulerConfiguration")
-    assert config["profiles"] == [{"schedulerName": "meshfit", "percentageOfNodesToScore": 100}]
+    assert config["profiles"] == [{"schedulerName": "meshfit", "percentageOfNodesToScore": 100, "plugins": {
+        "postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}}]  # meshfit preempts for its profile's pods
     extender = config["extenders"][0]
     url = urlsplit(extender["urlPrefix"])
     assert (url.hostname, url.port) == service_url()

@@ -6,16 +6,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import yaml
+
 GPU_RESOURCE = "nvidia.com/gpu"
+SHIPPED_CONFIG = Path(__file__).resolve().parents[2] / "manifests" / "kube-scheduler-config.yaml"
+
+
+def shipped_meshfit_profile() -> dict:
+    """The `meshfit` profile of the shipped configuration (manifests/kube-scheduler-config.yaml)."""
+    (profile,) = yaml.safe_load(SHIPPED_CONFIG.read_text())["profiles"]
+    return profile
 
 
 def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bool = False,
                      percentage_of_nodes_to_score: int | None = None, pod_initial_backoff_seconds: int = 1,
                      pod_max_backoff_seconds: int = 10, extender_tls: dict | None = None,
                      profiles: Sequence[str] = ("meshfit",)) -> dict:
-    """A KubeSchedulerConfiguration (v1) with the `profiles` named (`meshfit` alone by default; add
-    `default-scheduler` for pods kube-scheduler places on its own in the same cache, which brings meshfit's `/guard`
-    extender too) and meshfit as extender.
+    """A KubeSchedulerConfiguration (v1) with the `profiles` named (`meshfit` alone by default, with the shipped
+    profile's plugins; add `default-scheduler` for pods kube-scheduler places on its own in the same cache, which
+    brings meshfit's `/guard` extender too) and meshfit as extender.
 
     `extender_tls` (e.g. {"certFile": ..., "keyFile": ..., "caFile": ...}) turns on `enableHTTPS` with that
     extender `tlsConfig` (kube-scheduler then presents the client certificate to meshfit)."""
@@ -25,7 +34,7 @@ def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bo
         "leaderElection": {"leaderElect": False},
         "podInitialBackoffSeconds": pod_initial_backoff_seconds,
         "podMaxBackoffSeconds": pod_max_backoff_seconds,
-        "profiles": [{"schedulerName": name} for name in profiles],
+        "profiles": [profile_named(name) for name in profiles],
         "extenders": [{
             "urlPrefix": f"{extender_url.rstrip('/')}/scheduler", "filterVerb": "filter",
             "prioritizeVerb": "prioritize", "preemptVerb": "preempt", "bindVerb": "bind", "weight": 1,

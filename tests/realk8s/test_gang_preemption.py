@@ -1,6 +1,7 @@
-"""Whole-gang, topology-first preemption on the real control plane (kube-apiserver + kube-scheduler 1.26 + meshfit):
+"""Whole-gang, topology-first preemption on the real control plane (kube-apiserver + kube-scheduler + meshfit):
 a high-priority gang evicts only whole lower-priority gangs in one leaf; equal priority and
-`preemptionPolicy: Never` evict nothing."""
+`preemptionPolicy: Never` evict nothing; a lone GPU pod preempts through meshfit (the shipped profile has no
+`DefaultPreemption`)."""
 
 from __future__ import annotations
 
@@ -100,3 +101,44 @@ def test_equal_priority_and_preemption_policy_never_preempt_nothing(kube, meshfi
     assert {g: after[g] for g in ("x", "y")} == {g: before[g] for g in ("x", "y")}
     reasons = {reason for _, reason, _ in meshfit_events(kube.core, kube.namespace)}
     assert not reasons & {"GangPreempted", "GangPreempting"}, reasons
+
+
+def lone_gpu_pod(namespace: str, name: str, priority_class: str) -> dict:
+    """An 8-GPU pod of meshfit's profile that is not in a gang."""
+    requests = {"nvidia.com/gpu": str(GPUS)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"schedulerName": "meshfit", "priorityClassName": priority_class, "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}
+
+
+def test_a_lone_gpu_pod_preempts_through_meshfit_not_kube_scheduler(kube, meshfit_scheduler):
+    """The shipped profile has no DefaultPreemption: meshfit evicts the cheapest lower-priority holder for a lone GPU
+    pod, holds the freed node for it and nominates it there, and kube-scheduler binds it on that node."""
+    create_nodes(kube.core, 2, gpus=GPUS, leaf_size=2)
+    for name, value in (("low", 10), ("lower", 5), ("high", 1000)):
+        ensure_priority_class(kube.api_client, name, value)
+    stack = meshfit_scheduler()
+    for name, priority in (("low-pod", "low"), ("lower-pod", "lower")):
+        kube.core.create_namespaced_pod(kube.namespace, lone_gpu_pod(kube.namespace, name, priority))
+
+    def bound() -> dict[str, str] | None:
+        pods = kube.core.list_namespaced_pod(kube.namespace).items
+        return {p.metadata.name: p.spec.node_name for p in pods} if all(p.spec.node_name for p in pods) else None
+
+    nodes = wait_for(bound, timeout=60.0, message="the two low pods were never bound")
+    kube.core.create_namespaced_pod(kube.namespace, lone_gpu_pod(kube.namespace, "urgent", "high"))
+
+    def urgent_node() -> str | None:
+        return kube.core.read_namespaced_pod("urgent", kube.namespace).spec.node_name
+
+    node = wait_for(urgent_node, timeout=90.0, message="the urgent pod was never bound")
+    assert node == nodes["lower-pod"]  # the cheaper victim's node
+    names = {p.metadata.name for p in kube.core.list_namespaced_pod(kube.namespace).items}
+    assert names == {"low-pod", "urgent"}, names
+    events = meshfit_events(kube.core, kube.namespace)
+    assert [(pod, reason) for pod, reason, _ in events if reason in ("Preempted", "Preempting")] in (
+        [("lower-pod", "Preempted"), ("urgent", "Preempting")], [("urgent", "Preempting"), ("lower-pod", "Preempted")])
+    by_kube = [e for e in kube.core.list_namespaced_event(kube.namespace).items
+               if e.reason == "Preempted" and (e.source is None or e.source.component != "meshfit")]
+    assert not by_kube, [(e.involved_object.name, e.message) for e in by_kube]  # kube-scheduler preempted nothing
+    assert stack.meshfit.alive()

@@ -1,7 +1,8 @@
-"""The profile docs/deployment.md offers for large clusters ("let meshfit alone decide preemption"), run by the real
-kube-scheduler of every version: it starts with the shipped configuration around it, and a pod of that profile that
-fits no node gets no preemption attempt, where the shipped profile gives it one (kube-scheduler's FitError carries
-a `preemption:` part only when a PostFilter plugin ran)."""
+"""The shipped `meshfit` profile (DefaultPreemption off: meshfit preempts for its pods) and the one docs/deployment.md
+gives to turn kube-scheduler's own preemption back on, run by the real kube-scheduler of every version with the shipped
+configuration around them: a pod of the shipped profile that fits no node gets no preemption attempt, one of the
+documented profile gets one (kube-scheduler's FitError carries a `preemption:` part only when a PostFilter plugin
+ran)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ DEPLOYMENT_DOC = Path(__file__).resolve().parents[2] / "docs" / "deployment.md"
 
 
 def documented_profile() -> dict:
-    """The `meshfit` profile of the YAML block in docs/deployment.md that disables `DefaultPreemption`."""
+    """The `meshfit` profile of the YAML block in docs/deployment.md that gives kube-scheduler its preemption back."""
     blocks = re.findall(r"```yaml\n(.*?)```", DEPLOYMENT_DOC.read_text(), flags=re.S)
-    (block,) = [b for b in blocks if "DefaultPreemption" in b]
+    (block,) = [b for b in blocks if "DefaultPreemption included" in b]
     (profile,) = yaml.safe_load(block)["profiles"]
     return profile
 
@@ -64,13 +65,14 @@ def unplaceable_message(kube, docs_pki: Path, profile: dict, name: str) -> str:
         process.stop()
 
 
-def test_the_documented_profile_runs_and_skips_kube_schedulers_preemption(kube, docs_pki):
+def test_the_shipped_profile_skips_kube_schedulers_preemption_and_the_documented_one_brings_it_back(kube, docs_pki):
     create_nodes(kube.core, 2, name_prefix="pp")
     shipped = yaml.safe_load((DEPLOYMENT_DOC.parents[1] / "manifests" / "kube-scheduler-config.yaml").read_text())
     (shipped_profile,) = shipped["profiles"]
+    assert shipped_profile["plugins"] == {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}}
     profile = documented_profile()
-    assert {k: v for k, v in profile.items() if k != "plugins"} == shipped_profile  # only the plugin differs
-    with_preemption = unplaceable_message(kube, docs_pki, shipped_profile, "probe-shipped")
-    without = unplaceable_message(kube, docs_pki, profile, "probe-documented")
+    assert profile == {k: v for k, v in shipped_profile.items() if k != "plugins"}  # only the plugins differ
+    without = unplaceable_message(kube, docs_pki, shipped_profile, "probe-shipped")
+    with_preemption = unplaceable_message(kube, docs_pki, profile, "probe-documented")
     assert "Insufficient cpu" in with_preemption and "preemption:" in with_preemption, with_preemption
     assert "Insufficient cpu" in without and "preemption" not in without, without

@@ -53,6 +53,8 @@ GIVE_UP_SECONDS = 600.0
 """A preemption whose victims are still present this long is dropped."""
 HOLD_SECONDS = 300.0
 """How long the freed GPUs are held for the pod before they are given back (it may plan again)."""
+RENOMINATE_SECONDS = 5.0
+"""A held pod whose nomination the watch does not show is nominated again at most this often."""
 NEVER = "Never"
 
 
@@ -88,6 +90,7 @@ class LonePending:
     last_evict_at: float = 0.0
     held_node: str = ""
     held_at: float = 0.0
+    requeued_at: float = 0.0
 
 
 class LonePreemption:
@@ -113,13 +116,13 @@ class LonePreemption:
     # ----- planning ----------------------------------------------------------------------------
     def _waiting(self, now: float) -> list[PodRecord]:
         """Lone GPU pods of meshfit's profile that have waited `WAIT_SECONDS` with no node free for them."""
-        names, topo, found, seen = self.lifecycle.scheduler_names, self.state.topology, [], set()
-        biggest = max((n.gpus_free for n in topo.nodes if n.schedulable), default=0)
-        for record in self.state.pods.values():
-            if (record.member is not None or record.node or record.gpus <= 0 or record.terminating
-                    or record.phase in FINISHED_PHASES or record.scheduler_name not in names
-                    or record.preemption_policy == NEVER or f"{record.namespace}/{record.name}" in self.pending):
-                continue
+        names, found, seen = self.lifecycle.scheduler_names, [], set()
+        lone = [r for r in self.state.pods.values()
+                if r.member is None and not r.node and r.gpus > 0 and not r.terminating
+                and r.phase not in FINISHED_PHASES and r.scheduler_name in names and r.preemption_policy != NEVER
+                and f"{r.namespace}/{r.name}" not in self.pending]
+        biggest = max((n.gpus_free for n in self.state.topology.nodes if n.schedulable), default=0) if lone else 0
+        for record in lone:
             if record.gpus <= biggest:
                 continue  # some node has its GPUs free: kube-scheduler places it (or its other resources are short)
             seen.add(record.uid)
@@ -187,6 +190,9 @@ class LonePreemption:
                 log.info("pod %s: not bound %.0f s after its room on %s was freed; the room is given back", key,
                          HOLD_SECONDS, pending.held_node)
                 self._end(key, pending)
+            elif record.nominated != pending.held_node and now - pending.requeued_at >= RENOMINATE_SECONDS:
+                pending.requeued_at = now  # kube-scheduler clears a nomination after a failed attempt: write it again
+                self.lifecycle.dispatcher.requeue(pending.ref, pending.held_node)
             return
         pending.evicted = {uid: ref for uid, ref in pending.evicted.items() if uid in self.state.pods}
         if pending.evicted:
@@ -213,7 +219,7 @@ class LonePreemption:
             return
         node = placement.pod_nodes[0]
         topo.add_pod(lone_hold_key(record.namespace, record.name), node, record.gpus)
-        pending.held_node, pending.held_at = node, now
+        pending.held_node, pending.held_at, pending.requeued_at = node, now, now
         self.lifecycle.dispatcher.requeue(pending.ref, node)
 
     def _end(self, key: str, pending: LonePending) -> None:

@@ -13,7 +13,8 @@ near its peers.  Bind marks the slot `binding` under the lock, so nothing can fr
 
 Pods that are not in a gang: without GPUs they pass through untouched; a GPU pod gets every
 offered node that still has room once gang reservations are subtracted (kube-scheduler keeps its
-own choice among them and its preemption), and is assumed at bind so a concurrent gang placement
+own choice among them; room meshfit preempted for the pod counts as its own,
+`scheduler.service.lone_preemption`), and is assumed at bind so a concurrent gang placement
 can never take the same GPUs.  It is deliberately *not* a gang of one: pinning it to one node
 would fight kube-scheduler's scoring for no topology gain.
 """

@@ -66,10 +66,20 @@ def test_a_lone_pod_evicts_the_cheapest_lower_holder_and_is_nominated_on_the_fre
     assert (requeue.pod.name, requeue.detail) == ("urgent", "n-1-3")  # nominated on the freed node
     topo = service.state.topology
     assert topo.node_by_name["n-1-3"].gpus_free == 0  # held for it: no gang, no other pod takes it
-    other = lone("other", 20)
+    other = lone("other", 1)  # nothing of lower priority: it only waits
     service.state.upsert_pod(other)
     assert filter_nodes(service.filter(other)) == []
     assert filter_nodes(service.filter(lone("urgent", 20))) == ["n-1-3"]  # its own hold counts as its room
+    nominated = lone("urgent", 20)
+    nominated["status"]["nominatedNodeName"] = "n-1-3"
+    service.state.upsert_pod(nominated)  # the watch shows the nomination
+    ticks(service, 10)
+    assert len(actions.of("requeue")) == 1
+    service.state.upsert_pod(lone("urgent", 20))  # kube-scheduler cleared it after a failed attempt
+    service.scheduler.tick()
+    assert [(c.pod.name, c.detail) for c in actions.of("requeue")][1:] == [("urgent", "n-1-3")]  # written again
+    ticks(service, 4)
+    assert len(actions.of("requeue")) == 2  # at most every RENOMINATE_SECONDS
     bound = lone("urgent", 20, node="n-1-3")
     service.state.upsert_pod(bound)
     service.scheduler.tick()

@@ -51,3 +51,11 @@ def scheduler_config(kubeconfig: Path, extender_url: str, node_cache_capable: bo
         for extender in config["extenders"]:
             extender.update({"enableHTTPS": True, "tlsConfig": dict(extender_tls)})
     return config
+
+
+def profile_named(name: str) -> dict:
+    """A profile of the tests' configuration: `meshfit` with the shipped profile's plugins (meshfit preempts for its
+    pods, `DefaultPreemption` off), any other name kube-scheduler's defaults."""
+    if name != "meshfit":
+        return {"schedulerName": name}
+    return {"schedulerName": name, "plugins": shipped_meshfit_profile().get("plugins", {})}

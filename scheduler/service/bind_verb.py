@@ -14,6 +14,7 @@ from scheduler.cache.pod_record import PodRecord
 from scheduler.gangs.ledger import SLOT_BOUND, STATUS_BOUND, Reservation
 from scheduler.gangs.rendezvous import given_from_assignment
 from scheduler.service.binding import RendezvousMissing, bind_assignment
+from scheduler.service.lone_preemption import free_for, release_hold
 
 GATE_SECONDS = 4.0
 """How long kube-scheduler's `/bind` of a member waits for its unbound gang's other members: under the extender's
@@ -169,8 +170,10 @@ class BindVerb:
         node = self.state.topology.node_by_name.get(node_name)
         if node is None:
             return f"node {node_name}: {UNKNOWN_NODE_REASON}"
-        if node.gpus_free < record.gpus:
+        free = free_for(self.state.topology, record, node_name)  # room meshfit preempted for it counts as its own
+        if free < record.gpus:
             return (f"node {node_name} no longer has {record.gpus} free GPUs "
-                    f"({node.gpus_free} free once gang reservations are held)")
+                    f"({free} free once gang reservations are held)")
+        release_hold(self.state.topology, record)
         self.state.record_binding(record.namespace, record.name, node_name)
         return ""

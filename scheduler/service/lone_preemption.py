@@ -77,6 +77,18 @@ def lone_gang(record: PodRecord) -> Gang:
                 parallelism=default_parallelism(1, record.gpus), priority=record.priority)
 
 
+def free_for(topo: ClusterTopology, record: PodRecord, node_name: str) -> int:
+    """GPUs free on `node_name` for lone pod `record`: the node's free GPUs plus what meshfit holds there for it."""
+    node = topo.node_by_name[node_name]
+    held = held_for(topo, record)
+    return node.gpus_free + (held[1] if held is not None and held[0] == node_name else 0)
+
+
+def release_hold(topo: ClusterTopology, record: PodRecord) -> None:
+    """Give back what meshfit holds for lone pod `record` (it is being bound: its own holding takes over)."""
+    topo.remove_pod(lone_hold_key(record.namespace, record.name))
+
+
 @dataclass
 class LonePending:
     """A preemption for one lone pod: its plan, the victims' pods not yet gone, and the node held once they are."""

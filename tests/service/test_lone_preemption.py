@@ -80,8 +80,9 @@ def test_a_lone_pod_evicts_the_cheapest_lower_holder_and_is_nominated_on_the_fre
     assert [(c.pod.name, c.detail) for c in actions.of("requeue")][1:] == [("urgent", "n-1-3")]  # written again
     ticks(service, 4)
     assert len(actions.of("requeue")) == 2  # at most every RENOMINATE_SECONDS
-    bound = lone("urgent", 20, node="n-1-3")
-    service.state.upsert_pod(bound)
+    assert service.bind(lone("urgent", 20), "n-1-3") == {"Error": ""}  # kube-scheduler's /bind: the hold is its room
+    assert lone_hold_key("default", "urgent") not in topo.pods and topo.node_by_name["n-1-3"].gpus_free == 0
+    service.state.upsert_pod(lone("urgent", 20, node="n-1-3"))
     service.scheduler.tick()
     assert lone_hold_key("default", "urgent") not in topo.pods and topo.node_by_name["n-1-3"].gpus_free == 0
     topo.check_invariants()

@@ -36,6 +36,7 @@ from scheduler.placement.engine import place
 from scheduler.placement.jobs import Gang, JobSpecError, PodSlot
 from scheduler.placement.offered import offered_only
 from scheduler.service.actions import EVENT_NORMAL, PodRef
+from scheduler.service.preemption_flow import GIVE_UP_SECONDS, NEVER, REEVICT_SECONDS
 from topology.k8s import FINISHED_PHASES
 from topology.model import ClusterTopology, TopologyError
 
@@ -47,15 +48,10 @@ PLANNED_PER_TICK = 8
 """Lone pods planned for per tick (highest priority first)."""
 RETRY_SECONDS = 5.0
 """A lone pod is planned for at most this often."""
-REEVICT_SECONDS = 30.0
-"""A victim still present this long after its eviction is evicted again (the call may have been lost)."""
-GIVE_UP_SECONDS = 600.0
-"""A preemption whose victims are still present this long is dropped."""
 HOLD_SECONDS = 300.0
 """How long the freed GPUs are held for the pod before they are given back (it may plan again)."""
 RENOMINATE_SECONDS = 5.0
 """A held pod whose nomination the watch does not show is nominated again at most this often."""
-NEVER = "Never"
 
 
 def lone_hold_key(namespace: str, name: str) -> str:
@@ -172,21 +168,13 @@ class LonePreemption:
         ref = PodRef(record.namespace, record.name, record.uid)
         pending = LonePending(record.uid, ref, record.priority, plan, now, last_evict_at=now)
         self.pending[key] = pending
-        for victim in plan.victims:
-            message = (f"{'gang ' if victim.is_gang else 'pod '}{victim.key} (priority {victim.priority}) preempted "
-                       f"whole by pod {key} (priority {record.priority}) to clear {plan.level} {plan.domain}")
-            log.warning(message, extra={"gang": victim.key, "decision": "preempted", "preemptor": key})
-            for evicted in self.flow.evict_victim(victim, message):
-                pending.evicted[evicted.uid] = evicted
+        pending.evicted = self.flow.evict_victims(plan, f"pod {key}", record.priority)
         names = ", ".join(f"{v.key} (priority {v.priority})" for v in plan.victims)
         message = (f"pod {key} (priority {record.priority}, {record.gpus} GPUs) preempts {names} in {plan.level} "
                    f"{plan.domain}: {plan.victim_gpus} GPUs freed; nominated there once they are gone")
         log.warning(message, extra={"decision": "preempting", "domain": plan.domain, "pod": key})
         self.lifecycle.dispatcher.event(ref, "Preempting", message, EVENT_NORMAL)
-        self.flow.counters["preemptions"] += 1
-        self.flow.counters["preempted_gpus"] += plan.victim_gpus
-        if self.flow.observe is not None:
-            self.flow.observe(plan)
+        self.flow.count(plan)
 
     # ----- follow-up ---------------------------------------------------------------------------
     def _follow(self, key: str, pending: LonePending, now: float) -> None:

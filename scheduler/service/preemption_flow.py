@@ -154,13 +154,8 @@ class PreemptionFlow:
         """Evict every victim whole, tell both sides, and follow the preemption until the gang is reserved."""
         pending = PendingPreemption(gang, priority, plan, now, last_evict_at=now)
         self.pending[gang.key] = pending
+        pending.evicted = self.evict_victims(plan, f"gang {gang.key}", priority)
         names = ", ".join(f"{v.key} (priority {v.priority})" for v in plan.victims)
-        for victim in plan.victims:
-            message = (f"{'gang ' if victim.is_gang else 'pod '}{victim.key} (priority {victim.priority}) preempted "
-                       f"whole by gang {gang.key} (priority {priority}) to clear {plan.level} {plan.domain}")
-            log.warning(message, extra={"gang": victim.key, "decision": "preempted", "preemptor": gang.key})
-            for ref in self.evict_victim(victim, message):
-                pending.evicted[ref.uid] = ref
         message = (f"gang {gang.key} (priority {priority}, {len(gang.pods)} pods x {gang.gpus_per_pod} GPUs) preempts "
                    f"{names} in {plan.level} {plan.domain}: {plan.victim_gpus} GPUs freed; reserved there once "
                    f"they are gone")
@@ -169,9 +164,25 @@ class PreemptionFlow:
         if members:
             first = min(members, key=lambda r: r.member.index)
             self.lifecycle.dispatcher.event(self.lifecycle.pod_ref(first), "GangPreempting", message, EVENT_NORMAL)
+        self.done[gang.key] = f"{names} in {plan.level} {plan.domain} ({plan.victim_gpus} GPUs)"
+        self.count(plan)
+
+    def evict_victims(self, plan: PreemptionPlan, preemptor: str, priority: int) -> dict[str, PodRef]:
+        """Evict every victim of `plan` whole for `preemptor` ("gang ns/name" or "pod ns/name"); uid -> pod evicted."""
+        evicted: dict[str, PodRef] = {}
+        for victim in plan.victims:
+            message = (f"{'gang ' if victim.is_gang else 'pod '}{victim.key} (priority {victim.priority}) preempted "
+                       f"whole by {preemptor} (priority {priority}) to clear {plan.level} {plan.domain}")
+            log.warning(message, extra={"gang": victim.key, "decision": "preempted",
+                                        "preemptor": preemptor.partition(" ")[2]})
+            for ref in self.evict_victim(victim, message):
+                evicted[ref.uid] = ref
+        return evicted
+
+    def count(self, plan: PreemptionPlan) -> None:
+        """Count a preemption carried out (metrics)."""
         self.counters["preemptions"] += 1
         self.counters["preempted_gpus"] += plan.victim_gpus
-        self.done[gang.key] = f"{names} in {plan.level} {plan.domain} ({plan.victim_gpus} GPUs)"
         if self.observe is not None:
             self.observe(plan)
 

@@ -6,17 +6,8 @@ from __future__ import annotations
 
 from scheduler.service.actions import MemoryActions
 from scheduler.service.lone_preemption import HOLD_SECONDS, REEVICT_SECONDS, WAIT_SECONDS, lone_hold_key
-from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_pod, make_service
-
-RACK0 = {f"n-0-{i}" for i in range(4)}
-
-
-def running(name: str, size: int, priority: int, nodes: list[str]) -> list[dict]:
-    """A bound gang of `size` 8-GPU pods on `nodes` with `spec.priority`."""
-    pods = [gang_pod(name, i, size, node=node, phase="Running") for i, node in enumerate(nodes)]
-    for pod in pods:
-        pod["spec"]["priority"] = priority
-    return pods
+from tests.service.helpers import filter_nodes, make_nodes, make_pod, make_service
+from tests.service.test_preemption_flow import evicted, running
 
 
 def lone(name: str, priority: int, gpus: int = 8, scheduler: str = "meshfit", node: str | None = None, **spec) -> dict:
@@ -34,11 +25,6 @@ def full_cluster():
     actions = MemoryActions()
     service = make_service(make_nodes(), policy="meshfit", pods=pods, actions=actions, synchronous_actions=True)
     return service, actions
-
-
-def evicted(actions: MemoryActions) -> list[str]:
-    """Names of the pods evicted so far, in order."""
-    return [call.pod.name for call in actions.of("evict")]
 
 
 def ticks(service, seconds: float, step: float = 1.0) -> None:

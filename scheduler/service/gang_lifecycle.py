@@ -39,6 +39,7 @@ from scheduler.gangs.ledger import SLOT_RELEASED, SLOT_RESERVED, Reservation
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, ActionDispatcher, PodRef
 from scheduler.cache.pod_record import PodRecord
 from scheduler.service.gang_admission import BIND_BACKLOG_LIMIT, GangAdmission
+from scheduler.service.gang_notices import ReservedNotices
 from scheduler.service.gang_repairs import GangRepairs
 from scheduler.service.gang_rows import gang_counts, gang_rows
 from scheduler.cache.state import ClusterState
@@ -114,6 +115,8 @@ class GangLifecycle(GangRepairs, GangAdmission):
         """Pod uid -> (kind, text) of the refusal kube-scheduler was last given (see `wire_reason`)."""
         self.told_gang: dict[str, str] = {}
         """Gang key -> the waiting reason last recorded as an Event (one Event per gang per change)."""
+        self.notices = ReservedNotices(dispatcher, clock)
+        """`GangReserved` Events held back until the gang is bound (then folded into `GangBound`) or waits."""
 
     def use_direct_binder(self, leaves_to_kube: Callable[[PodRecord], bool], bind_backlog: Callable[[], int],
                           member_nodes: Callable[[PodRecord], dict[str, int] | None], backlog_limit: int) -> None:
@@ -208,12 +211,13 @@ class GangLifecycle(GangRepairs, GangAdmission):
             self._observe(entry.gang_key, "reserved")
         cost = entry.placement.cost if entry.placement is not None else None
         nodes = sorted({s.node for s in entry.slots.values() if s.state != SLOT_RELEASED})
-        message = (f"gang {entry.gang_key}: {len(entry.gang.pods)} pods x {entry.gang.gpus_per_pod} GPUs reserved "
-                   f"on {len(nodes)} node(s) ({how})"
-                   + (f", predicted step communication {cost.step_comm_seconds:.4g} s" if cost else ""))
-        log.info(message, extra={"gang": entry.gang_key, "decision": "reserved"})
+        detail = (f"{len(entry.gang.pods)} pods x {entry.gang.gpus_per_pod} GPUs reserved on {len(nodes)} node(s) "
+                  f"({how})" + (f", predicted step communication {cost.step_comm_seconds:.4g} s" if cost else ""))
+        log.info(f"gang {entry.gang_key}: {detail}", extra={"gang": entry.gang_key, "decision": "reserved"})
         members = self.members(entry.gang_key)
-        self._tell_gang(members, "GangReserved", message)
+        if members:  # its Event is held: a gang bound promptly gets one Event, GangBound, saying both
+            first = min(members, key=lambda r: r.member.index)
+            self.notices.hold(entry.gang_key, self.pod_ref(first), detail)
         for record in members:
             if record.node:
                 continue
@@ -231,7 +235,7 @@ class GangLifecycle(GangRepairs, GangAdmission):
         entry.announced_bound = True
         self.observe(entry.gang_key)
         self._observe(entry.gang_key, "bound")
-        message = f"gang {entry.gang_key}: all {len(entry.gang.pods)} pods bound"
+        message = f"gang {entry.gang_key}: all {len(entry.gang.pods)} pods bound" + self.notices.bound(entry.gang_key)
         log.info(message, extra={"gang": entry.gang_key, "decision": "bound"})
         self._tell_gang(self.members(entry.gang_key), "GangBound", message)
 
@@ -245,6 +249,7 @@ class GangLifecycle(GangRepairs, GangAdmission):
     def expired(self, keys: list[str]) -> None:
         """Reservations released by their TTL: back to the queue, pods told."""
         for key in keys:
+            self.notices.flush(key)
             message = f"gang {key}: reservation expired before any member was bound; released, waiting again"
             log.info(message, extra={"gang": key, "decision": "released"})
             for record in self.members(key):
@@ -258,6 +263,7 @@ class GangLifecycle(GangRepairs, GangAdmission):
                                     f"kube-scheduler's own filters reject {old} for it"))
         log.info(message, extra={"gang": entry.gang_key, "decision": "moved"})
         if not why:  # a move before any Binding, off room taken meanwhile, is logged only (no write per move)
+            self.notices.flush(entry.gang_key)
             self.dispatcher.event(self.pod_ref(record), "GangMemberMoved", message, EVENT_NORMAL)
 
     def bind_failed(self, record: PodRecord, error: str) -> None:
@@ -281,6 +287,7 @@ class GangLifecycle(GangRepairs, GangAdmission):
         for upkeep in self.upkeep:
             upkeep(now)
         self._enqueue_pending_from_watch(now)
+        self.notices.write_due()
         capacity = (self.state.generation, self.state.topology.gpus_free, len(self.queue.entries))
         if self.queue.entries and (capacity != self._last_capacity or self.pass_cut_short
                                    or now - self._last_pass > 10.0):

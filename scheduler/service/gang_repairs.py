@@ -28,7 +28,7 @@ reservation, or its rebuild)."""
 class GangRepairs:
     """`_repair`, `release`, `rollback` and `evicted_whole`; mixed into `GangLifecycle` (it provides `state`, `queue`,
     `policy`, `dispatcher`, `clock`, `completion_timeout`, `counters`, `rolling_back`, `turned_away`, `member_room`,
-    `members`, `observe`, `reserved`, `pod_ref`, `_pending_members`, `_requeue` and `_tell_gang`)."""
+    `members`, `observe`, `reserved`, `pod_ref`, `notices`, `_pending_members`, `_requeue` and `_tell_gang`)."""
 
     state: Any
     queue: Any
@@ -44,6 +44,7 @@ class GangRepairs:
     observe: Any
     reserved: Any
     pod_ref: Any
+    notices: Any
     _pending_members: Any
     _requeue: Any
     _tell_gang: Any
@@ -84,6 +85,7 @@ class GangRepairs:
         afresh by the next admission pass), and only members kube-scheduler parked are requeued."""
         entry = self.state.ledger.get(key)
         self.state.ledger.unreserve(key)
+        self.notices.flush(key)
         log.warning(message, extra={"gang": key, "decision": "released"})
         members = self.members(key)
         self._tell_gang(members, "GangReleased", message)
@@ -96,6 +98,7 @@ class GangRepairs:
         self.observe(key)
 
     def _note_unreserved(self, key: str, message: str) -> None:
+        self.notices.flush(key)
         log.warning(message, extra={"gang": key, "decision": "released"})
         for record in self.members(key):
             self.dispatcher.event(self.pod_ref(record), "GangReleased", message, EVENT_WARNING)
@@ -107,6 +110,7 @@ class GangRepairs:
         key = entry.gang_key
         self.observe(key)  # the phase it is leaving (a gang rebuilt by a re-list may not be recorded yet)
         message = f"gang {key} rolled back: {reason}; its bound members are evicted and the gang placed afresh"
+        self.notices.flush(key)
         log.warning(message, extra={"gang": key, "decision": "rolled-back"})
         self.counters["rollbacks"] += 1
         evicted = set()

@@ -195,6 +195,7 @@ class PreemptionFlow:
             records = [record] if record is not None and record.node else []
         else:
             records = lifecycle.members(victim.key)
+            lifecycle.notices.flush(victim.key)
         for record in records:
             ref = lifecycle.pod_ref(record)
             lifecycle.dispatcher.event(ref, "GangPreempted" if victim.is_gang else "Preempted", message, EVENT_WARNING)

@@ -52,8 +52,8 @@ from tests.realk8s.cluster_builders import bound_gpus, create_nodes, gang_pod_bo
 from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, free_port  # noqa: E402
 from tests.realk8s.scenario import GangShape  # noqa: E402
 from tests.bench.scale_readings import (api_writes, count_bound, diff, meshfit_histograms, nodes_total,  # noqa: E402
-                                        overcommitted, rate, reserved_times, scheduler_breakdown, tail_by_kind,
-                                        waiting_reason)
+                                        overcommitted, p99_by_size, rate, reserved_times, scheduler_breakdown,
+                                        tail_by_kind, waiting_reason)
 
 MANIFEST_CONFIG = Path(__file__).resolve().parents[2] / "manifests" / "kube-scheduler-config.yaml"
 
@@ -286,13 +286,16 @@ def one_phase(plane: ControlPlane, core: CoreV1Api, shapes, seed: int, qps: floa
                    "overcommitted_nodes_by_resource": overcommitted(core)})
     if meshfit is not None:
         reserved = reserved_times(meshfit.log_path)
-        latencies = sorted(max(watcher.bound_at[f"{s.name}-worker-{i}"] for i in range(s.pods)) - reserved[s.name]
-                           for s in shapes if s.name in reserved
-                           and all(f"{s.name}-worker-{i}" in watcher.bound_at for i in range(s.pods)))
+        timed = sorted((max(watcher.bound_at[f"{s.name}-worker-{i}"] for i in range(s.pods)) - reserved[s.name],
+                        s.pods, s.name) for s in shapes if s.name in reserved
+                       and all(f"{s.name}-worker-{i}" in watcher.bound_at for i in range(s.pods)))
+        latencies = [seconds for seconds, _, _ in timed]
         if latencies:
             result.update({"gangs_timed": len(latencies), "reserved_to_bound_p50": round(statistics.median(latencies), 2),
                            "reserved_to_bound_p99": round(latencies[int(round(0.99 * (len(latencies) - 1)))], 2),
-                           "reserved_to_bound_max": round(latencies[-1], 2)})
+                           "reserved_to_bound_max": round(latencies[-1], 2),
+                           "slowest_gangs": [[name, pods, round(seconds, 2)] for seconds, pods, name in timed[-8:]],
+                           "reserved_to_bound_p99_by_size": p99_by_size(timed)})
         result["bind_latency"] = meshfit_metrics
     watcher.stop()
     print(f"# phase {ns}: " + json.dumps(result), file=sys.stderr, flush=True)  # a run cut short keeps its phases

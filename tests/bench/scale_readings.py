@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import ssl
 import sys
 import urllib.request
@@ -184,4 +185,18 @@ def scheduler_breakdown(port: int) -> dict:
             if values.get("count"):
                 into[key] = {"count": int(values["count"]), "mean_ms": round(1000 * values["sum"] / values["count"], 2),
                              "total_s": round(values["sum"], 1)}
+    return found
+
+
+def p99_by_size(timed: list[tuple[float, int, str]]) -> dict[str, dict]:
+    """Reserved -> bound seconds by gang size band (1-8, 9-32, 33+ pods): gangs, p50 and p99 of each band."""
+    bands: dict[str, list[float]] = {}
+    for seconds, pods, _ in timed:
+        band = "1-8" if pods <= 8 else "9-32" if pods <= 32 else "33+"
+        bands.setdefault(band, []).append(seconds)
+    found = {}
+    for band, values in sorted(bands.items()):
+        values.sort()
+        found[band] = {"gangs": len(values), "p50": round(statistics.median(values), 2),
+                       "p99": round(values[int(round(0.99 * (len(values) - 1)))], 2)}
     return found

@@ -62,8 +62,11 @@ def test_a_big_gang_is_not_starved_by_a_stream_of_small_ones(kube, meshfit_sched
     delete_gang(kube.core, kube.namespace, "old")
     status = wait_settled(kube, stack, timeout=60, until=lambda st: st.get("big") == (4, 4))
     assert sum(1 for i in range(4) if status[f"small{i}"] == (1, 1)) == 4, status  # 8 - 4 nodes: all fit after
-    reasons = {reason for _, reason, _ in meshfit_events(kube.core, kube.namespace)}
-    assert {"GangWaiting", "GangReserved", "GangBound"} <= reasons
+    events = meshfit_events(kube.core, kube.namespace)
+    assert {"GangWaiting", "GangBound"} <= {reason for _, reason, _ in events}
+    big = {reason: message for _, reason, message in events if "/big:" in message}
+    assert "GangBound" in big, events  # where it was reserved: in its own GangReserved Event, or (bound within 5 s)
+    assert "reserved on" in big.get("GangReserved", big["GangBound"]), big  # folded into GangBound
 
 
 def test_single_gpu_pods_respect_gang_reservations(kube, meshfit_scheduler):

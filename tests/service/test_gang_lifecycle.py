@@ -93,6 +93,9 @@ def test_members_turned_away_are_requeued_with_their_node_when_the_gang_is_reser
     entry = service.state.ledger.get("default/next")
     requeued = {(c.pod.name, c.detail) for c in actions.of("requeue")}
     assert requeued == {(f"next-{i}", entry.node_of(i)) for i in range(2)}
+    assert {c.reason for c in actions.of("event") if c.pod.name == "next-0"} == {"GangWaiting"}  # GangReserved held
+    service.clock.advance(5.0)
+    service.scheduler.tick()  # still not bound 5 s later: the gang's GangReserved Event is written
     assert {c.reason for c in actions.of("event") if c.pod.name == "next-0"} >= {"GangWaiting", "GangReserved"}
 
 

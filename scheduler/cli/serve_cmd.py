@@ -73,7 +73,8 @@ def real_state(kubeconfig: Optional[Path], config: Any, tolerations: list[str], 
     return state, KubeBinder(api_client)
 
 
-def kube_direct_binding(state: Any, binder: Any, fence_seconds: float, workers: int, backlog_limit: int) -> Any:
+def kube_direct_binding(state: Any, binder: Any, fence_seconds: float, workers: int, backlog_limit: int,
+                        always_nominate: bool = False) -> Any:
     """The direct binder's parts in Kubernetes mode: node-fit and race checks over the watched state, and
     nominations written through the binder's API client."""
     from scheduler.kube.binder import KubeNominator
@@ -81,7 +82,7 @@ def kube_direct_binding(state: Any, binder: Any, fence_seconds: float, workers: 
     from scheduler.service.binding_wiring import DirectBinding
 
     return DirectBinding(state_fit_check(state), state_collision_check(state), KubeNominator(binder.api_client),
-                         fence_seconds, workers, backlog_limit)
+                         fence_seconds, workers, backlog_limit, always_nominate)
 
 
 API_CONNECTIONS = 128
@@ -207,6 +208,9 @@ def register(app: typer.Typer) -> None:
             2.0, "--bind-fence-seconds",
             help="Real mode: how long a nominated member waits at most for pods kube-scheduler may have been placing "
                  "before it saw the nomination (0-60; docs/architecture.md, \"Binding path\")."),
+        always_nominate: bool = typer.Option(
+            False, "--always-nominate", help="Real mode: nominate every member before its Binding, even one no pod "
+            "can race (for a kube-scheduler serving meshfit's profile beside one without /guard; docs/deployment.md)."),
         config: Optional[Path] = typer.Option(None, "--config", help="Topology config file (levels, links)."),
         toleration: list[str] = typer.Option([], "--toleration", help="Taint to tolerate (key[=value][:Effect])."),
         replace_unhealthy: bool = typer.Option(True, "--replace-unhealthy/--no-replace-unhealthy",
@@ -336,7 +340,8 @@ def register(app: typer.Typer) -> None:
                     state, binder = real_state(kubeconfig, cfg, toleration, reservation_ttl, policy,
                                                start_cache=leader is None)
                     publisher, actions = kube_rank_table_publisher(binder), kube_actions(binder)
-                direct = kube_direct_binding(state, binder, bind_fence_seconds, bind_workers, bind_backlog) \
+                direct = kube_direct_binding(state, binder, bind_fence_seconds, bind_workers, bind_backlog,
+                                             always_nominate) \
                     if cluster is None and direct_bind else None
                 scheduler, metrics = build_scheduler(state, binder, policy, publisher, actions,
                                                      completion_timeout=completion_timeout, preemption=preemption,

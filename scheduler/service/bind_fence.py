@@ -127,6 +127,12 @@ class NominationFence:
         self.counts["waited"] += 1
         return min(left, 0.1)
 
+    def racing_now(self, record: Any, node: str, in_flight: Mapping[str, Any], busy: Container[str]) -> list[Any]:
+        """The pods that may land on `node` against `record` if its Binding were posted now, without a nomination:
+        `racing` as of this moment -- every pending pod seen so far that collides, unless its last `/guard` or
+        `/filter` answer already counted the member (it is held before this is asked)."""
+        return self.racing(record, node, SeenNomination(node, self.state.pod_events, self.clock()), in_flight, busy)
+
     def note_answer(self, record: Any, nodes: list[str]) -> None:
         """meshfit answered kube-scheduler's `/filter` for lone GPU pod `record` with `nodes` (under the lock)."""
         self.answers[record.uid] = FilterAnswer(next(self._order), self.state.pod_events, frozenset(nodes))

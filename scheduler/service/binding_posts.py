@@ -69,6 +69,8 @@ class BindingPosts:
                                               given_from_assignment(assignment, record.name)):
             return 0
         future: Future = Future()
+        if record.nominated != slot.node:
+            self.counts["unnominated"] += 1  # bound without a nomination first (`GangBinding._unraced`)
         self.let_go(record.uid)  # counted as a Binding in flight from now on
         self.in_flight[record.uid] = future
         self._add_in_flight(slot.node, record, +1)

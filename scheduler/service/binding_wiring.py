@@ -21,7 +21,8 @@ DEFAULT_WORKERS = 16
 @dataclass(frozen=True)
 class DirectBinding:
     """What meshfit binds members with: the node-fit check, the fence's race test, the nominator, the fence's
-    limit, the worker count and the bind backlog at which no further gang is reserved (`scheduler.kube.node_fit.state_fit_check` / `state_collision_check` and
+    limit, the worker count, the bind backlog at which no further gang is reserved and whether every member is
+    nominated first (`scheduler.kube.node_fit.state_fit_check` / `state_collision_check` and
     `scheduler.kube.binder.KubeNominator` in Kubernetes mode)."""
 
     fits: Callable[..., str]
@@ -30,6 +31,10 @@ class DirectBinding:
     fence_seconds: float = DEFAULT_FENCE_SECONDS
     workers: int = DEFAULT_WORKERS
     backlog_limit: int = DEFAULT_BACKLOG_LIMIT
+    always_nominate: bool = False
+    """Nominate every member before its Binding, even one that can be bound at once (`meshfit serve
+    --always-nominate`): for a kube-scheduler that serves meshfit's profile beside a profile that does not call
+    `/guard`."""
 
 
 @dataclass(frozen=True)

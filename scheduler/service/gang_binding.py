@@ -100,7 +100,7 @@ class GangBinding(GangNominations, BindingPosts):
         self.moved_at: dict[str, float] = {}
         """Pod uid -> when this binder last moved its slot because it no longer fitted its node."""
         self.counts = {"bound": 0, "failed": 0, "conflicts": 0, "nominated": 0, "nominate_failed": 0,
-                       "nominate_skipped": 0, "no_longer_fit": 0, "cleared": 0}
+                       "nominate_skipped": 0, "no_longer_fit": 0, "cleared": 0, "unnominated": 0}
         self._pending_sync: list[Callable[[], None]] = []
 
     # ----- decisions (under the state lock) ------------------------------------------------------------------
@@ -236,8 +236,10 @@ class GangBinding(GangNominations, BindingPosts):
             return False
         self.refused.pop(record.uid, None)
         if record.nominated != slot.node:
-            self._nominate(record, slot.node)
-            return False
+            if self.config.always_nominate or record.uid in self.kube_told or not self._unraced(record, slot.node):
+                self._nominate(record, slot.node)
+                return False
+            return True  # bound at once: its Binding is what kube-scheduler sees first
         self.hold(record, slot.node)
         assumed = self._kube_assumed(slot.node, record)
         wait = self.fence.wait_seconds(record, slot.node, self._requests_of(assumed), set(assumed))
@@ -245,6 +247,14 @@ class GangBinding(GangNominations, BindingPosts):
             self._wake_later(member.gang_key, wait)
             return False
         return True
+
+    def _unraced(self, record: PodRecord, node: str) -> bool:
+        """Whether `record` may be bound on `node` at once, without a nomination first: held there from now on (so
+        `/guard`, `/filter` and the other members count it), and no pod seen so far may land there against it
+        (`NominationFence.racing_now`).  A pod kube-scheduler places after this asks `/guard` first."""
+        self.hold(record, node)
+        assumed = self._kube_assumed(node, record)
+        return not self.fence.racing_now(record, node, self._requests_of(assumed), set(assumed))
 
     def _refusal(self, record: PodRecord, entry: Reservation, node: str) -> str:
         blocker = getattr(record.needs, "direct_bind_blocker", "")

@@ -81,6 +81,8 @@ class GangNominations:
         self._untell(record.uid)
         self.kube_told[record.uid] = node
         self.told_on.setdefault(node, set()).add(record.uid)
+        if record.member is not None:  # its peers no longer wait for it (a gang reserved at this /filter binds now)
+            self.kick(record.member.gang_key)
 
     def kube_let_go(self, record: PodRecord) -> None:
         """kube-scheduler is done with this member (bound, refused, or its `/bind` returned)."""

@@ -210,7 +210,7 @@ def register(app: typer.Typer) -> None:
                  "before it saw the nomination (0-60; docs/architecture.md, \"Binding path\")."),
         always_nominate: bool = typer.Option(
             False, "--always-nominate", help="Real mode: nominate every member before its Binding, even one no pod "
-            "can race (for a kube-scheduler serving meshfit's profile beside one without /guard; docs/deployment.md)."),
+            "can race (for a kube-scheduler running meshfit's profile without the /guard entry; docs/deployment.md)."),
         config: Optional[Path] = typer.Option(None, "--config", help="Topology config file (levels, links)."),
         toleration: list[str] = typer.Option([], "--toleration", help="Taint to tolerate (key[=value][:Effect])."),
         replace_unhealthy: bool = typer.Option(True, "--replace-unhealthy/--no-replace-unhealthy",

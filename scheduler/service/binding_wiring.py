@@ -33,8 +33,7 @@ class DirectBinding:
     backlog_limit: int = DEFAULT_BACKLOG_LIMIT
     always_nominate: bool = False
     """Nominate every member before its Binding, even one that can be bound at once (`meshfit serve
-    --always-nominate`): for a kube-scheduler that serves meshfit's profile beside a profile that does not call
-    `/guard`."""
+    --always-nominate`): for a kube-scheduler that runs meshfit's profile without the `/guard` entry."""
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,20 @@
-"""`GangBinding`: once a gang is reserved, meshfit nominates each member on its node, then binds it itself.
+"""`GangBinding`: once a gang is reserved, meshfit binds its members itself -- at once where no pod can race them.
 
 Why (docs/architecture.md, "Binding path"): a reserved gang's members otherwise trickle through kube-scheduler's
 single queue one by one, interleaved with every other pod.  meshfit already owns the reservation and posts the
-Bindings that carry the rank assignment, so it posts them as soon as the gang is reserved -- but only after
-kube-scheduler can see the reservation, so that it never gives the room to another pod meanwhile:
+Bindings that carry the rank assignment, so it posts them as soon as the gang is reserved -- but never so that
+kube-scheduler could give the room to another pod meanwhile:
 
-1. **Nominate.**  Each member's `status.nominatedNodeName` is set to its reserved node (`Nominator`, one write).
-   kube-scheduler's filters count a nominated pod's requests on that node for every pod of no higher priority
-   (the mechanism of its own preemption), so from then on it places no CPU pod, memory or host port into the room.
-2. **Fence.**  The member waits until no pod kube-scheduler may have been placing before it saw the nomination
-   can still land there (`scheduler.service.bind_fence`).
+1. **Hold.**  From its reservation a member is counted on its node by meshfit (`hold`): by `/guard`, which
+   kube-scheduler asks about every pod it places in its own cycle, by `/filter` for lone GPU pods, and by the fit
+   checks of the other members.
+2. **Bind at once, or nominate first.**  When no pod seen so far may land in the member's room before the Binding
+   (`NominationFence.racing_now`: a pending pod that collides with it there and was not answered since the hold), the
+   Binding is posted at once -- one write.  Otherwise (or with `--always-nominate`) the member's
+   `status.nominatedNodeName` is set to its node first (`Nominator`, one more write): kube-scheduler's filters count
+   a nominated pod's requests there for every pod of no higher priority, and the member waits at the fence until no
+   pod kube-scheduler may have been placing before it saw the nomination can still land there
+   (`scheduler.service.bind_fence`).
 3. **Check, then bind.**  Right before the Binding is posted, on the worker, the member's fit is checked again
    against the latest state (`fits`: bound pods, Bindings in flight, nominated pods).  A member that no longer
    fits is not bound: its slot goes back to reserved and it is left to kube-scheduler, whose own filters then
@@ -108,7 +113,7 @@ class GangBinding(GangNominations, BindingPosts):
         """Nominate or bind the members of `gang_key` that are ready; returns how many Bindings started.
 
         All or nothing: while no member is bound or binding, no Binding starts until every pending member meshfit
-        binds is ready (nominated, past the fence, fitting its node), so a member whose room was taken is moved
+        binds is ready (unraced, or nominated and past the fence; fitting its node), so a member whose room was taken is moved
         before any of its peers is bound.  Once some member is bound, the others bind as each gets ready."""
         entry = self.state.ledger.get(gang_key)
         if entry is None or self.hooks.rolling_back(gang_key) or entry.node_of(0) is None:

@@ -25,7 +25,7 @@ def fixture(name: str) -> dict:
 
 
 def memory_direct_binding(state: ClusterState, fence_seconds: float = 2.0, workers: int = 16, nominator=None,
-                          backlog_limit: int = 128):
+                          backlog_limit: int = 128, always_nominate: bool = False):
     """The direct binder's parts as Kubernetes mode wires them, with nominations applied to `state` in memory (or
     written by `nominator`)."""
     from scheduler.kube.node_fit import state_collision_check, state_fit_check
@@ -33,7 +33,7 @@ def memory_direct_binding(state: ClusterState, fence_seconds: float = 2.0, worke
     from scheduler.service.binding_wiring import DirectBinding
 
     return DirectBinding(state_fit_check(state), state_collision_check(state), nominator or MemoryNominator(state),
-                         fence_seconds, workers, backlog_limit)
+                         fence_seconds, workers, backlog_limit, always_nominate)
 
 
 @dataclass

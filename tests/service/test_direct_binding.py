@@ -56,9 +56,9 @@ class CountingBinder(MemoryBinder):
 
 
 def direct_service(nodes: list[dict] | None = None, synchronous: bool = True, nominator=None, backlog_limit: int = 128,
-                   **options) -> Service:
+                   always_nominate: bool = False, **options) -> Service:
     """A service whose scheduler binds reserved members itself (the real mode's wiring, in memory; `nominator`
-    instead of the in-memory one)."""
+    instead of the in-memory one; `always_nominate`: `meshfit serve --always-nominate`)."""
     clock = FakeClock()
     state = ClusterState(clock=clock)
     state.needs_of = pod_needs
@@ -68,7 +68,9 @@ def direct_service(nodes: list[dict] | None = None, synchronous: bool = True, no
     scheduler, metrics = build_scheduler(state, binder, "first-fit", actions=MemoryActions(),
                                          synchronous_actions=synchronous,
                                          direct_binding=memory_direct_binding(state, nominator=nominator,
-                                                                              backlog_limit=backlog_limit), **options)
+                                                                              backlog_limit=backlog_limit,
+                                                                              always_nominate=always_nominate),
+                                         **options)
     return Service(state, scheduler, binder, TestClient(create_app(scheduler, metrics)), clock)
 
 

@@ -167,7 +167,7 @@ def test_a_nomination_the_watch_has_not_reached_yet_is_not_written_again():
     """At 5,000 nodes meshfit wrote a member's nomination again every second while its watch lagged behind the burst;
     a write is awaited until the watch reaches its resourceVersion, and written again only if it is gone by then."""
     nominator = LaggingNominator()
-    service = direct_service(cpu_nodes(2), nominator=nominator)
+    service = direct_service(cpu_nodes(2), nominator=nominator, always_nominate=True)
     pods = gang("g", 2)
     for pod in pods:
         pod["metadata"]["resourceVersion"] = "5"
@@ -186,7 +186,7 @@ def test_a_nomination_the_watch_has_not_reached_yet_is_not_written_again():
 def test_a_member_that_passed_the_fence_is_held_again_by_a_pod_of_higher_priority_that_arrives_later():
     """A member that passed the fence is not walked over every pending pod again (`NominationFence.passed`), but a pod
     of higher priority ignores its nomination in every cycle, so one that arrives later still holds it."""
-    service = direct_service(cpu_nodes(3))
+    service = direct_service(cpu_nodes(3), always_nominate=True)
     pods = gang("g", 3)[:2]  # its third pod is not created yet: the gang waits (`MISSING_GRACE_SECONDS`)
     watch(service, pods)
     filter_nodes(service.filter(pods[0]))
@@ -220,3 +220,20 @@ def test_a_gang_kube_scheduler_asks_about_is_queued_while_the_backlog_is_full():
         watch(service, [pod])
     service.scheduler.tick()
     assert service.state.ledger.get("default/b") is not None  # reserved by the queue as a was bound
+
+
+def test_a_member_bound_at_once_waits_for_a_pod_of_higher_priority_that_arrives_before_its_binding():
+    """Without a nomination a member is bound at once when nothing races it -- but a pod of higher priority that
+    appears while it waits for its gang (a pod not created yet) may take its room in any cycle: it is nominated and
+    fenced then, and not bound while that pod is pending."""
+    service = direct_service(cpu_nodes(3))
+    pods = gang("g", 3)[:2]  # its third pod is not created yet: the gang waits (`MISSING_GRACE_SECONDS`)
+    watch(service, pods)
+    filter_nodes(service.filter(pods[0]))
+    service.scheduler.tick()
+    assert service.binder.calls == [] and service.scheduler.direct.nominator.calls == []  # ready, not nominated
+    watch(service, [cpu_pod("urgent", priority=1000)])
+    service.clock.advance(3.5)  # past the grace: g-1 would bind into its slot alone now
+    service.scheduler.tick()
+    assert service.binder.calls == []  # the urgent pod may take its room in any cycle: it waits
+    assert [call[1] for call in service.scheduler.direct.nominator.calls] == ["g-1"]

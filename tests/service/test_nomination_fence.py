@@ -42,8 +42,22 @@ def reserve(service, pods: list[dict]) -> str:
     return service.state.ledger.get("default/g").node_of(1)
 
 
-def test_every_member_is_nominated_on_its_reserved_node_before_its_binding():
+def test_a_member_no_pod_can_race_is_bound_at_once_without_a_nomination():
+    """No pending pod could land in its room, and any pod kube-scheduler places from now on asks `/guard`, which
+    counts the member from its reservation: a nomination would only add a write and a watch round trip."""
     service = direct_service(cpu_nodes(2))
+    pods = gang("g", 2)
+    watch(service, pods)
+    filter_nodes(service.filter(pods[0]))
+    entry = service.state.ledger.get("default/g")
+    assert service.scheduler.direct.nominator.calls == []
+    assert bound(service) == {"g-1": entry.node_of(1)}  # g-0 is kube-scheduler's: its /bind follows
+    assert service.scheduler.direct.counts["unnominated"] == 1
+    assert service.scheduler.direct.counts["nominated"] == 0
+
+
+def test_with_always_nominate_every_member_is_nominated_on_its_reserved_node_before_its_binding():
+    service = direct_service(cpu_nodes(2), always_nominate=True)  # `meshfit serve --always-nominate`
     pods = gang("g", 2)
     watch(service, pods)
     filter_nodes(service.filter(pods[0]))
@@ -53,6 +67,19 @@ def test_every_member_is_nominated_on_its_reserved_node_before_its_binding():
                                              if f"g-{i}" != "g-0")  # g-0 is kube-scheduler's: its /bind follows
     assert bound(service) == {"g-1": entry.node_of(1)}
     assert service.scheduler.direct.counts["nominated"] == 1
+    assert service.scheduler.direct.counts["unnominated"] == 0
+
+
+def test_a_member_a_pending_pod_may_race_is_nominated_first_and_a_pod_created_after_is_turned_away_by_guard():
+    service = direct_service(cpu_nodes(2))
+    watch(service, [cpu_pod("early")])  # pending, never asked about at /guard: kube-scheduler may be placing it
+    node = reserve(service, gang("g", 2))
+    assert service.state.pod("default", "g-1").nominated == node and service.binder.calls == []
+    assert service.scheduler.direct.counts["unnominated"] == 0
+    late = cpu_pod("late")  # created after the reservation: kube-scheduler asks /guard before placing it
+    watch(service, [late])
+    reply = service.client.post("/scheduler/guard", json={"Pod": late, "Nodes": None, "NodeNames": [node]}).json()
+    assert reply["NodeNames"] == [] and node in reply["FailedNodes"]  # 8 + 10 CPUs of 16: the member's room is kept
 
 
 def test_a_cpu_pod_pending_before_the_nomination_holds_the_member_until_the_fence_passes():
@@ -122,7 +149,7 @@ def test_a_cpu_pod_bound_while_the_binding_waits_on_the_worker_stops_it_and_noth
 
 
 def test_a_failed_nomination_is_retried_with_backoff_and_binds_after():
-    service = direct_service(cpu_nodes(2))
+    service = direct_service(cpu_nodes(2), always_nominate=True)
     service.scheduler.direct.nominator.failures = 1
     node = reserve(service, gang("g", 2))
     assert service.binder.calls == [] and service.scheduler.direct.counts["nominate_failed"] == 1

@@ -4,7 +4,10 @@ room meshfit has given a gang member that its cache cannot count yet -- whatever
 from __future__ import annotations
 
 import json
+import threading
+import time
 
+from scheduler.gangs.ledger import SLOT_BINDING
 from tests.service.helpers import make_pod
 from tests.service.test_direct_binding import bound, direct_service, watch
 from tests.service.test_nomination_fence import cpu_nodes, cpu_pod, gang, reserve
@@ -74,6 +77,25 @@ def test_a_node_meshfit_just_bound_a_member_to_is_refused_until_kube_schedulers_
     # 11 s on: still full in meshfit's own view (the member is bound there), but kube-scheduler's cache counts it now,
     # so /guard leaves the node to kube-scheduler's own filters
     assert node in guard(service, cpu_pod("later", priority=1000))["NodeNames"]
+
+
+def test_a_member_bound_at_once_is_counted_by_guard_while_its_binding_is_in_flight():
+    """No nomination is written for a member nothing races: from its reservation to kube-scheduler's informer showing
+    its Binding, `/guard` is what keeps a pod kube-scheduler places out of its room."""
+    service = direct_service(cpu_nodes(3), synchronous=False)
+    service.binder.gate = threading.Event()  # meshfit's Binding of g-1 stays in flight
+    try:
+        node = reserve(service, gang("g", 2))
+        entry = service.state.ledger.get("default/g")
+        deadline = time.monotonic() + 5
+        while entry.slots[1].state != SLOT_BINDING and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert entry.slots[1].state == SLOT_BINDING and service.scheduler.direct.nominator.calls == []
+        reply = guard(service, cpu_pod("new"))  # created after the reservation, of the same priority
+        assert node in reply["FailedNodes"] and "insufficient cpu" in reply["FailedNodes"][node]
+    finally:
+        service.binder.gate.set()
+        service.scheduler.direct.shutdown()
 
 
 def test_gang_members_and_gpu_pods_of_meshfits_profile_pass_through_to_filter():

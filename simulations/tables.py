@@ -28,7 +28,7 @@ METRICS = (
     Metric("queue_mean", "s", "mean queueing delay (submit to first start)"),
     Metric("jct_slowdown_mean", "x", "mean JCT / ideal runtime (queueing and layout stretch; 1 = no delay)"),
     Metric("comm_slowdown_mean", "x", "mean runtime stretch from the layouts' communication (1 = ideal)"),
-    Metric("gpu_allocation", "share", "GPU-time held by running jobs (DESIGN's `utilization`); higher is not "
+    Metric("gpu_allocation", "share", "GPU-time held by running jobs (also reported as `utilization`); higher is not "
                                       "better by itself: stretched layouts hold GPUs longer"),
     Metric("useful_work", "share", "GPU-time doing work at ideal speed (held GPUs / runtime stretch); higher is "
                                    "better"),

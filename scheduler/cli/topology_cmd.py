@@ -105,7 +105,7 @@ def show(
     hosts: bool | None = typer.Option(None, "--hosts/--no-hosts",
                                       help=f"Show every host in the tree (default: only up to {HOSTS_SHOWN_BY_DEFAULT} nodes)."),
 ) -> None:
-    """Print the topology tree with free/total GPUs per domain, or its JSON document (`-o json`: levels, domains, nodes)."""
+    """Print the topology tree with free/total GPUs per domain, or its JSON document (levels, domains, nodes)."""
     topo = load_topology(cluster, config, toleration)
     if output != OutputFormat.table:
         from topology.report import topology_json

@@ -113,8 +113,8 @@ class GangBinding(GangNominations, BindingPosts):
         """Nominate or bind the members of `gang_key` that are ready; returns how many Bindings started.
 
         All or nothing: while no member is bound or binding, no Binding starts until every pending member meshfit
-        binds is ready (unraced, or nominated and past the fence; fitting its node), so a member whose room was taken is moved
-        before any of its peers is bound.  Once some member is bound, the others bind as each gets ready."""
+        binds is ready (unraced, or nominated and past the fence; fitting its node), so a member whose room was taken
+        is moved before any of its peers is bound.  Once some member is bound, the others bind as each gets ready."""
         entry = self.state.ledger.get(gang_key)
         if entry is None or self.hooks.rolling_back(gang_key) or entry.node_of(0) is None:
             return 0

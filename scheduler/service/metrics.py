@@ -191,7 +191,8 @@ class DirectBindingCollector:
         """One sample per event counted so far."""
         family = CounterMetricFamily("meshfit_direct_binding_events", "Direct binder events: nominated, "
                                      "nominate_skipped, nominate_failed, bound, failed, conflicts, no_longer_fit, "
-                                     "cleared, unnominated (bound without a nomination first), fence_passed, fence_waited, fence_timed_out.", labels=["event"])
+                                     "cleared, unnominated (bound without a nomination first), fence_passed, "
+                                     "fence_waited, fence_timed_out.", labels=["event"])
         counts = {**dict(self.direct.counts), **{f"fence_{k}": v for k, v in dict(self.direct.fence.counts).items()}}
         for name, count in sorted(counts.items()):
             family.add_metric([name], count)

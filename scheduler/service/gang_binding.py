@@ -246,8 +246,7 @@ class GangBinding(GangNominations, BindingPosts):
                 return False
             return True  # bound at once: its Binding is what kube-scheduler sees first
         self.hold(record, slot.node)
-        assumed = self._kube_assumed(slot.node, record)
-        wait = self.fence.wait_seconds(record, slot.node, self._requests_of(assumed), set(assumed))
+        wait = self.fence.wait_seconds(record, slot.node, *self._assumed_load(slot.node, record))
         if wait > 0:
             self._wake_later(member.gang_key, wait)
             return False
@@ -258,8 +257,7 @@ class GangBinding(GangNominations, BindingPosts):
         `/guard`, `/filter` and the other members count it), and no pod seen so far may land there against it
         (`NominationFence.racing_now`).  A pod kube-scheduler places after this asks `/guard` first."""
         self.hold(record, node)
-        assumed = self._kube_assumed(node, record)
-        return not self.fence.racing_now(record, node, self._requests_of(assumed), set(assumed))
+        return not self.fence.racing_now(record, node, *self._assumed_load(node, record))
 
     def _refusal(self, record: PodRecord, entry: Reservation, node: str) -> str:
         blocker = getattr(record.needs, "direct_bind_blocker", "")

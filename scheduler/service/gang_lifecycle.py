@@ -216,8 +216,7 @@ class GangLifecycle(GangRepairs, GangAdmission):
         log.info(f"gang {entry.gang_key}: {detail}", extra={"gang": entry.gang_key, "decision": "reserved"})
         members = self.members(entry.gang_key)
         if members:  # its Event is held: a gang bound promptly gets one Event, GangBound, saying both
-            first = min(members, key=lambda r: r.member.index)
-            self.notices.hold(entry.gang_key, self.pod_ref(first), detail)
+            self.notices.hold(entry.gang_key, self._first_ref(members), detail)
         for record in members:
             if record.node:
                 continue
@@ -243,8 +242,11 @@ class GangLifecycle(GangRepairs, GangAdmission):
         """A Normal gang-wide Event on one pod (the lowest index): kube-scheduler already records its own
         `Scheduled` Event on every pod, and an API call per member per step would halve the bind rate."""
         if members:
-            first = min(members, key=lambda r: r.member.index)
-            self.dispatcher.event(self.pod_ref(first), reason, message, EVENT_NORMAL)
+            self.dispatcher.event(self._first_ref(members), reason, message, EVENT_NORMAL)
+
+    def _first_ref(self, members: list[PodRecord]) -> PodRef:
+        """The pod gang-wide Events are recorded on: the member of lowest index."""
+        return self.pod_ref(min(members, key=lambda r: r.member.index))
 
     def expired(self, keys: list[str]) -> None:
         """Reservations released by their TTL: back to the queue, pods told."""

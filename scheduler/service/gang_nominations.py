@@ -177,6 +177,12 @@ class GangNominations:
                 found[uid] = held[1]
         return found
 
+    def _assumed_load(self, node: str, record: PodRecord) -> tuple[dict[str, Any], set[str]]:
+        """What the fence counts on `node` for `record` besides the node's pods: the summed requests of the members
+        kube-scheduler assumed there (`_kube_assumed`), and their uids."""
+        assumed = self._kube_assumed(node, record)
+        return self._requests_of(assumed), set(assumed)
+
     @staticmethod
     def _requests_of(records: dict[str, PodRecord]) -> dict[str, Any]:
         """The summed requests of `records`."""

@@ -102,6 +102,11 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
         """Called (under the lock) when every bound member of a gang is terminating (see `_whole_gang_terminating`)."""
         self.member_pending: Callable[[PodRecord], None] | None = None
         """Called (under the lock) when the watch reports a pending gang member (the direct binder's trigger)."""
+        self.member_gone: Callable[[PodRecord], None] | None = None
+        """Called (under the lock) when an unfinished gang member's pod is gone, after its slot was held for the pod
+        its controller recreates (the direct binder keeps the member's room counted there)."""
+        self.relisted: Callable[[], None] | None = None
+        """Called (under the lock) after a relist re-held the reservations (the direct binder recounts its vacancies)."""
         self.requested: dict[str, dict[str, Any]] = {}
         """Node -> resource -> requests of the bound, unfinished pods there (pods with `needs` only)."""
         self.nominated_to: dict[str, dict[str, PodRecord]] = {}
@@ -141,6 +146,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
             self._rebuild_topology()
             self._release_vanished_slots()
             self.rebuild_from_bound_pods()
+            if self.relisted is not None:
+                self.relisted()
 
     def _release_vanished_slots(self) -> None:
         for key, entry in list(self.ledger.entries.items()):
@@ -313,6 +320,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
                     self.ledger.release_slot(key, record.member.index)
                 else:  # deleted (evicted, node lost...): the slot waits for the replacement pod
                     self.ledger.hold_for_replacement(key, record.member.index)
+                    if self.member_gone is not None:
+                        self.member_gone(record)
             if entry is not None and key not in self.gang_index and self.ledger.get(key) is entry \
                     and not entry.has_bound():
                 self.ledger.unreserve(key)  # the whole gang is gone (job deleted): free what it held

@@ -44,6 +44,7 @@ from scheduler.service.binding_wiring import BindingHooks, DirectBinding
 from scheduler.service.binding import Binder
 from scheduler.service.gang_nominations import GangNominations
 from scheduler.service.member_room import member_room
+from scheduler.service.member_vacancies import MemberVacancies
 from scheduler.service.waker import Waker
 
 log = logging.getLogger("meshfit.bind")
@@ -63,7 +64,7 @@ PENDING_COALESCE_SECONDS = 0.02
 """After a kick on a watch event of a gang's pending member, the gang's further events within this long make one more."""
 
 
-class GangBinding(GangNominations, BindingPosts):
+class GangBinding(GangNominations, BindingPosts, MemberVacancies):
     """Nominates, fences and binds the reserved members of gangs; see the module docstring."""
 
     def __init__(self, state: Any, binder: Binder, config: DirectBinding, hooks: BindingHooks,
@@ -107,6 +108,7 @@ class GangBinding(GangNominations, BindingPosts):
         self.counts = {"bound": 0, "failed": 0, "conflicts": 0, "nominated": 0, "nominate_failed": 0,
                        "nominate_skipped": 0, "no_longer_fit": 0, "cleared": 0, "unnominated": 0}
         self._pending_sync: list[Callable[[], None]] = []
+        self._init_vacancies()
 
     # ----- decisions (under the state lock) ------------------------------------------------------------------
     def kick(self, gang_key: str) -> int:
@@ -167,6 +169,7 @@ class GangBinding(GangNominations, BindingPosts):
         self._clear_stale_nominations()
         self._drop_stale_holds()
         self._forget_old_binds()
+        self.refresh_all_vacancies()
         keys = [key for key, entry in self.state.ledger.entries.items()
                 if any(s.state == SLOT_RESERVED for s in entry.slots.values())]
         return sum(self.kick(key) for key in keys)
@@ -187,6 +190,7 @@ class GangBinding(GangNominations, BindingPosts):
 
     def on_transition(self, gang_key: str, _from: str, _to: str) -> None:
         """A gang's slots were (re)held (`reserved`, `repaired`, `re-placed`, `restored`): start on its members."""
+        self.refresh_vacancies(gang_key)
         self.kick(gang_key)
 
     def leaves_to_kube(self, record: PodRecord) -> bool:
@@ -274,20 +278,29 @@ class GangBinding(GangNominations, BindingPosts):
 
     # ----- what the Bindings in flight take ----------------------------------------------------------------------
     def _others_on(self, node: str, record: PodRecord) -> dict[str, Any]:
-        """`in_flight_requests` on `node` without `record`'s own share (when it is held or binding there)."""
+        """`in_flight_requests` on `node` without `record`'s own share: its requests when it is held or binding there,
+        or the vacancy counted for its slot there while no pod stood for it (`MemberVacancies`)."""
         counted = self.in_flight_requests.get(node, {})
         held = self.holds.get(record.uid)
-        if (held is None or held[0] != node) and record.uid not in self.in_flight:
+        own = record.needs.requests if (held is not None and held[0] == node) or record.uid in self.in_flight else {}
+        vacancy = self.vacancy_of(record, node)
+        if not own and not vacancy:
             return counted
-        return {r: v - record.needs.requests.get(r, 0) for r, v in counted.items()}
+        return {r: v - own.get(r, 0) - vacancy.get(r, 0) for r, v in counted.items()}
 
     def _busy(self) -> BusyPods:
         """Uids whose requests `in_flight_requests` counts (this binder's Bindings in flight, held members)."""
         return self.busy
 
     def _add_in_flight(self, node: str, record: PodRecord, sign: int) -> None:
+        self._count_on(node, record.needs.requests, sign)
+        if sign > 0 and record.member is not None:
+            self._vacate(record)  # its own requests are counted there now, not its slot's vacancy
+
+    def _count_on(self, node: str, requests: dict[str, Any], sign: int) -> None:
+        """Add (`sign` +1) or take back (-1) `requests` on `node` in `in_flight_requests`."""
         used = self.in_flight_requests.setdefault(node, {})
-        for resource, value in record.needs.requests.items():
+        for resource, value in requests.items():
             used[resource] = used.get(resource, 0) + sign * value
         if all(not v for v in used.values()):
             self.in_flight_requests.pop(node, None)

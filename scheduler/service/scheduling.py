@@ -117,6 +117,8 @@ class GangScheduler(BindVerb, RoomGuard, NodeScores):
             self.lifecycle.use_direct_binder(self.direct.leaves_to_kube, self.direct.bind_backlog, self.direct.member_nodes,
                                              direct_binding.backlog_limit)
             state.member_pending = self.direct.member_pending
+            state.member_gone = self.direct.member_gone
+            state.relisted = self.direct.refresh_all_vacancies
 
     def _re_place_member(self, record: PodRecord, reason: str) -> bool:
         """A member no longer fits its reserved node (under the lock): move its slot to a node where it fits, near its
@@ -266,6 +268,10 @@ class GangScheduler(BindVerb, RoomGuard, NodeScores):
         index, key, topo = record.member.index, record.member.gang_key, self.state.topology
         slot = entry.slots[index]
         old = slot.node
+        given = entry.bound_given()
+        if index == 0 and given is not None and given.master_addr == old and old not in offered:
+            return (f"pod 0 must run on {old}, the master-addr its bound peers were given, which kube-scheduler's "
+                    f"filters reject now (room taken); held there until it frees or the gang is rolled back whole")
         topo.remove_pod(reservation_key(key, index))
         slot.state = SLOT_RELEASED
         with offered_only(topo, offered):

@@ -106,7 +106,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
         """Called (under the lock) when an unfinished gang member's pod is gone, after its slot was held for the pod
         its controller recreates (the direct binder keeps the member's room counted there)."""
         self.relisted: Callable[[], None] | None = None
-        """Called (under the lock) after a relist re-held the reservations (the direct binder recounts its vacancies)."""
+        """Called (under the lock) after a relist re-held the reservations (the direct binder recounts vacancies)."""
         self.requested: dict[str, dict[str, Any]] = {}
         """Node -> resource -> requests of the bound, unfinished pods there (pods with `needs` only)."""
         self.nominated_to: dict[str, dict[str, PodRecord]] = {}

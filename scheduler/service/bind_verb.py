@@ -58,6 +58,12 @@ class BindVerb:
                     in_flight = True
                 else:
                     in_flight = False
+                    reserved_here = (self.direct is not None and entry is not None
+                                     and entry.node_of(member.index) == node)
+                    crowded = self.direct.crowded_out(record, node) if reserved_here else ""
+                    if crowded:  # checked right before the Binding, against what kube-scheduler cannot see yet
+                        self.direct.kube_let_go(record)
+                        return f"pod {namespace}/{name} does not fit node {node} now: {crowded}; not binding it"
                     error, assignment = self._claim_slot(record, entry, node)
                     if error:
                         return error

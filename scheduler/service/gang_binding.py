@@ -42,7 +42,7 @@ from scheduler.service.bind_fence import NominationFence
 from scheduler.service.binding_posts import BindingPosts, BusyPods
 from scheduler.service.binding_wiring import BindingHooks, DirectBinding
 from scheduler.service.binding import Binder
-from scheduler.service.gang_nominations import GangNominations
+from scheduler.service.gang_nominations import GUARD_REASON_PREFIX, GangNominations
 from scheduler.service.member_room import member_room
 from scheduler.service.member_vacancies import MemberVacancies
 from scheduler.service.waker import Waker
@@ -207,6 +207,17 @@ class GangBinding(GangNominations, BindingPosts, MemberVacancies):
         return member_room(record, self.state.topology.node_by_name,
                            lambda name, extra: self.fits(record, name, extra, busy),
                            lambda name: self._others_on(name, record))
+
+    def crowded_out(self, record: PodRecord, node: str) -> str:
+        """kube-scheduler's filters passed `record` (a member it is placing itself) on its reserved `node`: "" when it
+        also fits there beside what meshfit holds, binds, just bound or keeps for missing members -- which
+        kube-scheduler's cache cannot count yet -- else why not, after its slot was moved where it fits when it could
+        be (`BindingHooks.re_place`).  Call under the lock."""
+        reason = self.fits(record, node, self._others_on(node, record), self._busy())
+        if not reason.startswith(GUARD_REASON_PREFIX):
+            return ""
+        moved = self.hooks.re_place(record, reason)
+        return f"{reason} beside gang members meshfit holds or binds there" + ("; moved" if moved else "")
 
     def bind_backlog(self) -> int:
         """Members this binder has taken on and not yet seen bound: Bindings in flight, and members held on their node

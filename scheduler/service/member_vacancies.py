@@ -1,4 +1,4 @@
-"""Room held for a partly bound gang's members that have a slot but no pod meshfit counts yet (a mixin of `GangBinding`).
+"""Room held for a partly bound gang's members that have a slot but no pod meshfit counts yet (`GangBinding` mixin).
 
 A bound member deleted (evicted, its node lost, a fault) keeps its GPU slot in the ledger for the pod its controller
 recreates (`ReservationLedger.hold_for_replacement`); pod 0 must come back to the very node its bound peers were given

@@ -50,7 +50,6 @@ from scheduler.cache.state import ClusterState
 from topology.model import TopologyError
 
 
-
 @dataclass
 class FilterDecision:
     """Nodes that pass, nodes that fail with a reason, or an error for the whole call."""
@@ -172,7 +171,6 @@ class GangScheduler(BindVerb, RoomGuard, NodeScores):
         if reserved:
             self.rank_tables.publish_soon(sorted(reserved))
 
-
     def run_direct_binds(self) -> None:
         """Synchronous mode (tests): post the Bindings the direct binder queued (no-op otherwise)."""
         if self.direct is not None and self.direct.synchronous:
@@ -261,16 +259,14 @@ class GangScheduler(BindVerb, RoomGuard, NodeScores):
         ledger.note_pod(member.gang_key, member.index, record.name)
         return entry, ""
 
-    def _move_to_offered(self, record: PodRecord, entry: Reservation, offered: frozenset[str],
-                         why: str = "") -> str:
+    def _move_to_offered(self, record: PodRecord, entry: Reservation, offered: frozenset[str], why: str = "") -> str:
         """Move a reserved (unbound) slot to an offered node near its peers; "" when moved, else why not."""
-
         index, key, topo = record.member.index, record.member.gang_key, self.state.topology
         slot = entry.slots[index]
         old = slot.node
         given = entry.bound_given()
         if index == 0 and given is not None and given.master_addr == old and old not in offered:
-            return (f"pod 0 must run on {old}, the master-addr its bound peers were given, which kube-scheduler's "
+            return (f"pod 0 must run on node {old}, the master-addr its bound peers were given, which kube-scheduler's "
                     f"filters reject now (room taken); held there until it frees or the gang is rolled back whole")
         topo.remove_pod(reservation_key(key, index))
         slot.state = SLOT_RELEASED
@@ -312,6 +308,8 @@ class GangScheduler(BindVerb, RoomGuard, NodeScores):
             node = entry.node_of(record.member.index) if entry is not None else None
             if node is not None and node not in node_names:
                 node, reason = self._unoffered(record, entry, node, offered, len(node_names), complete)
+            elif node is not None and self.direct is not None and (crowded := self.direct.crowded_out(record, node)):
+                node, reason = None, f"pod {record.member.index} of gang {record.member.gang_key}: {crowded}"
             if node is None:
                 self.lifecycle.turned_away_now(record, reason)
                 if self.direct is not None:

@@ -244,26 +244,35 @@ def state_collision_check(state: Any) -> Callable[..., bool]:
 
     `memo`: a dict the caller keeps for one member, node, `in_flight` and `busy` (one fence pass over many pods):
     what the node holds then differs between pods only by their priority (unless a pod is nominated there itself),
-    so it is worked out once per priority, with the member's headroom per resource for the cheap test."""
+    so it is worked out once per priority, with the member's headroom per resource for the cheap test.
+
+    `beside`: what else meshfit will put on the node with the member that kube-scheduler cannot count yet (its other
+    held members, Bindings in flight, rooms kept for missing members): `other` collides when it fits in
+    kube-scheduler's view but not beside the member and all of that together (four 2.5-CPU members and an 8-CPU pod
+    each fit a 16-CPU node; together they do not)."""
 
     def racing(other: Any, member: Any, node_name: str, in_flight: Mapping[str, Decimal],
-               busy: Container[str] = (), memo: dict | None = None) -> bool:
+               busy: Container[str] = (), memo: dict | None = None, beside: Mapping[str, Decimal] | None = None) -> bool:
         node = state.nodes.get(node_name)
         if node is None or other.needs is None or member.needs is None:
             return False
+        wanted_room = dict(member.needs.requests)
+        for resource, value in (beside or {}).items():
+            if value > 0:
+                wanted_room[resource] = wanted_room.get(resource, 0) + value
         if memo is None or other.uid in state.nominated_to.get(node_name, {}):
             used = node_usage(state, node_name, in_flight, other, busy, skip=member.uid)
-            return collides(other.needs, node, used, member.needs.requests)
+            return collides(other.needs, node, used, wanted_room)
         known = memo.get(other.priority)
         if known is None:
             used = node_usage(state, node_name, in_flight, other, busy, skip=member.uid)
-            headroom = {r: _allocatable(node, r) - used.get(r, 0) - v for r, v in member.needs.requests.items() if v > 0}
+            headroom = {r: _allocatable(node, r) - used.get(r, 0) - v for r, v in wanted_room.items() if v > 0}
             known = memo[other.priority] = (used, headroom)
         used, headroom = known
         wanted = other.needs.requests
         if not any(wanted.get(r, 0) > room for r, room in headroom.items()):
             return False  # the cheap test of `collides`: nothing the member asks for is short for both
-        return collides(other.needs, node, used, member.needs.requests)
+        return collides(other.needs, node, used, wanted_room)
 
     return racing
 

@@ -102,8 +102,10 @@ class NominationFence:
             seen = self.seen[record.uid] = SeenNomination(record.nominated, self.state.pod_events, self.clock())
         return seen
 
-    def wait_seconds(self, record: Any, node: str, in_flight: Mapping[str, Any], busy: Container[str]) -> float:
-        """0 when `record`, nominated on `node`, may be bound now; else how long to wait before asking again."""
+    def wait_seconds(self, record: Any, node: str, in_flight: Mapping[str, Any], busy: Container[str],
+                     beside: Mapping[str, Any] | None = None) -> float:
+        """0 when `record`, nominated on `node`, may be bound now; else how long to wait before asking again
+        (`beside`: what meshfit puts there with it that kube-scheduler cannot count yet)."""
         seen = self.note(record)
         if seen is None or seen.node != node:
             return self.limit_seconds  # not nominated there (yet): the caller nominates first
@@ -112,7 +114,7 @@ class NominationFence:
             if highest is None or highest <= record.priority:
                 self.counts["passed"] += 1
                 return 0.0  # passed before, and only a pod of higher priority can begin to race it later
-        racing = self.racing(record, node, seen, in_flight, busy)
+        racing = self.racing(record, node, seen, in_flight, busy, beside)
         if not racing:
             self.counts["passed"] += 1
             self.passed[record.uid] = (node, seen.event)
@@ -127,11 +129,13 @@ class NominationFence:
         self.counts["waited"] += 1
         return min(left, 0.1)
 
-    def racing_now(self, record: Any, node: str, in_flight: Mapping[str, Any], busy: Container[str]) -> list[Any]:
+    def racing_now(self, record: Any, node: str, in_flight: Mapping[str, Any], busy: Container[str],
+                   beside: Mapping[str, Any] | None = None) -> list[Any]:
         """The pods that may land on `node` against `record` if its Binding were posted now, without a nomination:
         `racing` as of this moment -- every pending pod seen so far that collides, unless its last `/guard` or
         `/filter` answer already counted the member (it is held before this is asked)."""
-        return self.racing(record, node, SeenNomination(node, self.state.pod_events, self.clock()), in_flight, busy)
+        return self.racing(record, node, SeenNomination(node, self.state.pod_events, self.clock()), in_flight, busy,
+                           beside)
 
     def note_answer(self, record: Any, nodes: list[str]) -> None:
         """meshfit answered kube-scheduler's `/filter` for lone GPU pod `record` with `nodes` (under the lock)."""
@@ -147,7 +151,7 @@ class NominationFence:
             self.held[uid] = (node, next(self._order))
 
     def racing(self, record: Any, node: str, seen: SeenNomination, in_flight: Mapping[str, Any],
-               busy: Container[str]) -> list[Any]:
+               busy: Container[str], beside: Mapping[str, Any] | None = None) -> list[Any]:
         """The pods that may still land on `node` against `record` (see the module docstring)."""
         found, names, memo = [], self.scheduler_names(), {}
         held = self.held.get(record.uid)
@@ -161,7 +165,7 @@ class NominationFence:
                 may = node in answer.nodes and (held_stamp is None or answer.stamp < held_stamp)
             else:  # /guard not asked (not configured, not yet, or the cycle since ended): as before
                 may = (first < seen.event and last < seen.event) or other.priority > record.priority
-            if may and self.collides(other, record, node, in_flight, busy, memo):
+            if may and self.collides(other, record, node, in_flight, busy, memo, beside):
                 found.append(other)
         return found
 

@@ -261,7 +261,7 @@ class GangBinding(GangNominations, BindingPosts, MemberVacancies):
                 return False
             return True  # bound at once: its Binding is what kube-scheduler sees first
         self.hold(record, slot.node)
-        wait = self.fence.wait_seconds(record, slot.node, *self._assumed_load(slot.node, record))
+        wait = self.fence.wait_seconds(record, slot.node, *self._fence_view(slot.node, record))
         if wait > 0:
             self._wake_later(member.gang_key, wait)
             return False
@@ -272,7 +272,7 @@ class GangBinding(GangNominations, BindingPosts, MemberVacancies):
         `/guard`, `/filter` and the other members count it), and no pod seen so far may land there against it
         (`NominationFence.racing_now`).  A pod kube-scheduler places after this asks `/guard` first."""
         self.hold(record, node)
-        return not self.fence.racing_now(record, node, *self._assumed_load(node, record))
+        return not self.fence.racing_now(record, node, *self._fence_view(node, record))
 
     def _refusal(self, record: PodRecord, entry: Reservation, node: str) -> str:
         blocker = getattr(record.needs, "direct_bind_blocker", "")

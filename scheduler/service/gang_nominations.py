@@ -177,11 +177,15 @@ class GangNominations:
                 found[uid] = held[1]
         return found
 
-    def _assumed_load(self, node: str, record: PodRecord) -> tuple[dict[str, Any], set[str]]:
+    def _fence_view(self, node: str, record: PodRecord) -> tuple[dict[str, Any], set[str], dict[str, Any]]:
         """What the fence counts on `node` for `record` besides the node's pods: the summed requests of the members
-        kube-scheduler assumed there (`_kube_assumed`), and their uids."""
+        kube-scheduler assumed there (`_kube_assumed`), their uids, and what else meshfit puts there that
+        kube-scheduler cannot count yet (its other held members, Bindings in flight and kept rooms), which must fit
+        beside `record` and a racing pod too."""
         assumed = self._kube_assumed(node, record)
-        return self._requests_of(assumed), set(assumed)
+        load = self._requests_of(assumed)
+        beside = {r: v - load.get(r, 0) for r, v in self._others_on(node, record).items()}
+        return load, set(assumed), beside
 
     @staticmethod
     def _requests_of(records: dict[str, PodRecord]) -> dict[str, Any]:

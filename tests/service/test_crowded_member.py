@@ -65,3 +65,20 @@ def test_a_member_that_fits_beside_meshfits_bindings_is_still_offered_and_bound(
     assert filter_nodes(service.filter(pods[0], [NODE])) == [NODE]
     assert service.bind(pods[0], NODE) == {"Error": ""}
     assert bound(service)["g-0"] == NODE
+
+
+def test_a_pending_pod_that_fits_beside_each_member_but_not_beside_all_of_them_holds_the_gang_back():
+    """The 8-CPU pod was pending, kube-scheduler possibly placing it at that moment (not answered since the holds): it
+    fits the 16-CPU node beside any one 2.5-CPU member, but not beside g-0 (kube-scheduler's) and three more.  So the
+    member that would not leave it room is nominated and fenced instead of bound at once, and the gang, nothing of it
+    bound yet, waits for it whole (before: g-1, g-2 and g-3 were all bound at once, 18 CPUs once the pod landed)."""
+    service = direct_service(cpu_nodes(1))
+    watch(service, [cpu_pod("cpu")])
+    pods = small_gang()
+    watch(service, pods)
+    assert filter_nodes(service.filter(pods[0])) == [NODE]
+    assert bound(service) == {}
+    assert service.scheduler.direct.counts["nominated"] >= 1
+    watch(service, [cpu_pod("cpu", node=NODE)])  # the pod landed there: the whole gang no longer fits the node
+    service.scheduler.tick()
+    assert bound(service) == {} and node_cpu_requested(service) <= 16

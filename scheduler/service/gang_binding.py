@@ -9,16 +9,20 @@ kube-scheduler could give the room to another pod meanwhile:
    kube-scheduler asks about every pod it places in its own cycle, by `/filter` for lone GPU pods, and by the fit
    checks of the other members.
 2. **Bind at once, or nominate first.**  When no pod seen so far may land in the member's room before the Binding
-   (`NominationFence.racing_now`: a pending pod that collides with it there and was not answered since the hold), the
-   Binding is posted at once -- one write.  Otherwise (or with `--always-nominate`) the member's
-   `status.nominatedNodeName` is set to its node first (`Nominator`, one more write): kube-scheduler's filters count
-   a nominated pod's requests there for every pod of no higher priority, and the member waits at the fence until no
-   pod kube-scheduler may have been placing before it saw the nomination can still land there
-   (`scheduler.service.bind_fence`).
+   (`NominationFence.racing_now`: a pending pod that collides with it there -- beside everything else meshfit puts on
+   that node -- and was not answered since the hold), the Binding is posted at once -- one write.  Otherwise (or
+   with `--always-nominate`) the member's `status.nominatedNodeName` is set to its node first (`Nominator`, one more
+   write): kube-scheduler's filters count a nominated pod's requests there for every pod of no higher priority, and
+   the member waits at the fence until no pod kube-scheduler may have been placing before it saw the nomination can
+   still land there (`scheduler.service.bind_fence`).
 3. **Check, then bind.**  Right before the Binding is posted, on the worker, the member's fit is checked again
    against the latest state (`fits`: bound pods, Bindings in flight, nominated pods).  A member that no longer
    fits is not bound: its slot goes back to reserved and it is left to kube-scheduler, whose own filters then
    reject the node and meshfit moves the member to an offered node near its peers (`GangScheduler._unoffered`).
+   A member kube-scheduler places itself gets the same check at `/filter` and at `/bind` (`crowded_out`): its
+   cache passed the node without meshfit's holds and Bindings there.
+4. **Keep a missing member's room.**  A partly bound gang's slot that no pod stands for yet (a deleted member's
+   replacement, a member not created yet) keeps its requests counted on its node (`MemberVacancies`).
 
 A member is handled here only when it is safe on its node without kube-scheduler's own filters: a pending pod
 the API server reported, of meshfit's scheduler profile, not terminating, its gang consistent, its slot plainly

@@ -180,6 +180,8 @@ class PodInvariants:
         self.violations, self.timeline, self.partial_limit = violations, timeline, partial_limit
         self.partial_since: dict[str, float] = {}
         self.longest_partial = 0.0
+        self.longest_partial_gang = ""
+        """The gang of the longest partly-bound episode (the report names it: the next place to read logs)."""
         self.whole_seen: set[str] = set()
         self._bound_uids: set[str] = set()
         self._pods: dict[str, tuple] = {}
@@ -267,7 +269,8 @@ class PodInvariants:
             self.whole_seen.add(view.name)
         if view.partial():
             since = self.partial_since.setdefault(view.name, now)
-            self.longest_partial = max(self.longest_partial, now - since)
+            if now - since > self.longest_partial:
+                self.longest_partial, self.longest_partial_gang = now - since, view.name
             if now - since > self.partial_limit:
                 bound = sorted(view.bound())
                 self.violations.add("partly-bound", view.name,

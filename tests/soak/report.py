@@ -25,6 +25,7 @@ class SoakReport:
     checker_polls: int
     checker_errors: int
     longest_partial: float
+    longest_partial_gang: str
     extender_5xx: dict[int, int]
     failover_503: int
     unreachable: dict[str, int]
@@ -46,7 +47,8 @@ class SoakReport:
                    arrivals=soak.arrivals, faults=dict(soak.faults.counts), faults_skipped=dict(soak.faults.skipped),
                    controller=soak.controller.stats, gangs_whole_seen=len(pods.whole_seen),
                    checker_polls=soak.checker.polls, checker_errors=soak.checker.errors,
-                   longest_partial=pods.longest_partial, extender_5xx=dict(signals.statuses),
+                   longest_partial=pods.longest_partial, longest_partial_gang=pods.longest_partial_gang,
+                   extender_5xx=dict(signals.statuses),
                    failover_503=signals.failover_503, unreachable=dict(signals.unreachable),
                    unreachable_outside=signals.unreachable_outside,
                    endpoint_polls=signals.endpoint_polls, longest_outage=signals.longest_outage,
@@ -83,7 +85,8 @@ class SoakReport:
             f"{s.deletes_finished} graceful deletes finished (kubelet), {s.pods_collected} pods collected (pod GC), "
             f"{s.api_errors} API errors",
             f"checker: {self.checker_polls} polls ({self.checker_errors} failed), longest partly-bound episode "
-            f"{self.longest_partial:.1f}s (limit {c.partial_limit:.0f}s); endpoints polled {self.endpoint_polls} "
+            f"{self.longest_partial:.1f}s{f' ({self.longest_partial_gang})' if self.longest_partial_gang else ''} "
+            f"(limit {c.partial_limit:.0f}s); endpoints polled {self.endpoint_polls} "
             f"times, longest outage {self.longest_outage:.1f}s (limit {c.failover_window:.0f}s)",
             f"extender answers >= 500 seen by kube-scheduler: {self.extender_5xx or 'none'} "
             f"({self.failover_503} of them 503 during a fail-over); transport errors (no ready replica, a killed "

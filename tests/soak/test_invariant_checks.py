@@ -78,6 +78,7 @@ def test_partly_bound_past_the_limit_is_a_violation_and_elastic_prefixes_are_who
     invariants.check(partial, nodes, 100.0)
     invariants.check(partial, nodes, 149.0)
     assert not violations.all()
+    assert invariants.longest_partial == 49.0 and invariants.longest_partial_gang == spec.name  # named in the report
     invariants.check(partial, nodes, 151.0)
     assert [v.kind for v in violations.all()] == ["partly-bound"]
     elastic_invariants, elastic_violations = checker(limit=1.0)

@@ -8,9 +8,10 @@ that room (`/guard` found nothing held there) and the recreated pod 0 no longer 
 gang stayed partly bound until rolled back (the 30-minute 1.35 soak, gang mg00851).
 
 So a reserved slot of a gang that has a member bound, whose member no live pod held or bound by meshfit stands for,
-is a *vacancy*: its requests are counted on the slot's node like a held member's (in `in_flight_requests`, which
-`/guard`, `/filter` for lone GPU pods and the other members' fit checks read) until the member's pod is held, in
-flight or bound, or the slot is released or moves.  The requests are the deleted pod's own when meshfit saw it go;
+is a *vacancy* (unless its pod is nominated there, which the fit checks count already): its requests are counted
+on the slot's node like a held member's (in `in_flight_requests`, which `/guard`, `/filter` for lone GPU pods and
+the other members' fit checks read) until the member's pod is held, in flight or bound, or the slot is released or
+moves.  The requests are the deleted pod's own when meshfit saw it go;
 otherwise (a restart, a member never created yet) the largest of its peers' requests, resource by resource.
 """
 
@@ -93,10 +94,11 @@ class MemberVacancies:
         members = [r for r in self.state.gang_index.get(gang_key, {}).values()
                    if r.member is not None and not r.terminating]
         counted = {r.member.index for r in members if r.node or r.uid in self.holds or r.uid in self.in_flight}
+        nominated = {r.member.index: r.nominated for r in members if r.nominated and not r.node}
         wanted, peers = {}, None
         for index, slot in entry.slots.items():
-            if slot.state != SLOT_RESERVED or index in counted:
-                continue
+            if slot.state != SLOT_RESERVED or index in counted or nominated.get(index) == slot.node:
+                continue  # a pod nominated there is counted by the fit checks already (`state.nominated_to`)
             requests = self.gone_requests.get((gang_key, index))
             if requests is None:
                 peers = _largest_requests(members) if peers is None else peers

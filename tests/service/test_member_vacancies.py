@@ -129,3 +129,17 @@ def test_a_recreated_rank_0_whose_room_was_taken_anyway_waits_on_its_node_and_sa
     assert reply["NodeNames"] in (None, []) and "master-addr" in str(reply), reply
     assert "0 free GPU" not in str(reply)
     assert service.state.ledger.get("default/g").node_of(0) == nodes[0]
+
+
+def test_a_replacement_nominated_on_its_slot_is_not_counted_twice():
+    """Its nomination is counted by the fit checks (`state.nominated_to`); a vacancy on top would count it twice."""
+    service = direct_service(cpu_nodes(3))
+    pods, nodes = whole_gang(service)
+    service.state.delete_pod("default", "g-0")
+    again = recreated(pods[0], "uid-g-0-again")
+    again["status"]["nominatedNodeName"] = nodes[0]
+    direct = service.scheduler.direct
+    service.state.member_pending = None  # the watch reports it before the binder acts on it: nothing held yet
+    watch(service, [again])
+    direct.refresh_vacancies("default/g")
+    assert direct.vacancies == {} and direct.in_flight_requests.get(nodes[0]) is None

@@ -256,10 +256,7 @@ def state_collision_check(state: Any) -> Callable[..., bool]:
         node = state.nodes.get(node_name)
         if node is None or other.needs is None or member.needs is None:
             return False
-        wanted_room = dict(member.needs.requests)
-        for resource, value in (beside or {}).items():
-            if value > 0:
-                wanted_room[resource] = wanted_room.get(resource, 0) + value
+        wanted_room = _plus(member.needs.requests, beside) if beside else member.needs.requests
         if memo is None or other.uid in state.nominated_to.get(node_name, {}):
             used = node_usage(state, node_name, in_flight, other, busy, skip=member.uid)
             return collides(other.needs, node, used, wanted_room)
@@ -275,6 +272,15 @@ def state_collision_check(state: Any) -> Callable[..., bool]:
         return collides(other.needs, node, used, wanted_room)
 
     return racing
+
+
+def _plus(requests: Mapping[str, Decimal], more: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    """`requests` with the positive amounts of `more` added, resource by resource."""
+    total = dict(requests)
+    for resource, value in more.items():
+        if value > 0:
+            total[resource] = total.get(resource, 0) + value
+    return total
 
 
 def collides(needs: PodNeeds, node: Mapping[str, Any], used: Mapping[str, Decimal],

@@ -238,6 +238,10 @@ def _reserved_elsewhere(state: Any, pod: Any, node_name: str) -> bool:
     return slot is None or slot.node != node_name
 
 
+WANTED_ROOM = "wanted room"
+"""The fence memo's key for the member's requests plus what is beside it (its other keys are priorities)."""
+
+
 def state_collision_check(state: Any) -> Callable[..., bool]:
     """The nomination fence's test over a `ClusterState`: could pod `other` land on `node_name` now (kube-scheduler's
     view: bound pods, `in_flight`, nominated pods other than `member`) and leave no room there for `member`?
@@ -256,7 +260,11 @@ def state_collision_check(state: Any) -> Callable[..., bool]:
         node = state.nodes.get(node_name)
         if node is None or other.needs is None or member.needs is None:
             return False
-        wanted_room = _plus(member.needs.requests, beside) if beside else member.needs.requests
+        wanted_room = memo.get(WANTED_ROOM) if memo is not None else None
+        if wanted_room is None:  # worked out once per fence pass, not per pending pod
+            wanted_room = _plus(member.needs.requests, beside) if beside else member.needs.requests
+            if memo is not None:
+                memo[WANTED_ROOM] = wanted_room
         if memo is None or other.uid in state.nominated_to.get(node_name, {}):
             used = node_usage(state, node_name, in_flight, other, busy, skip=member.uid)
             return collides(other.needs, node, used, wanted_room)

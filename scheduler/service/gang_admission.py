@@ -43,6 +43,15 @@ def usage_of(placement: Placement, topo: Any) -> dict[int, int]:
     return {topo.node_by_name[name].index: pods * g for name, pods in Counter(placement.pod_nodes).items()}
 
 
+def _short_by_count(gang: Any, topo: Any, pending: list[PodRecord]) -> bool:
+    """True when a fixed-size gang asks more GPUs than the cluster has free at all: no placement exists, whatever its
+    members' other requests allow (an elastic gang may still start smaller).  Checking the members' room per node
+    first cost 12% of meshfit's busy samples in a 5,000-node burst, spent on gangs waiting for GPUs."""
+    if any(r.member is not None and r.member.elastic is not None for r in pending):
+        return False
+    return len(gang.pods) * gang.gpus_per_pod > topo.gpus_free
+
+
 class GangAdmission:
     """Queue admission; mixed into `GangLifecycle` (it provides `state`, `queue`, `policy`, `clock`, `members`,
     `reserved`, `unplaced`, `place_gang`, `bind_backlog`, `pass_cut_short`, `scheduler_names`, `seen`, `noticed`,
@@ -154,7 +163,10 @@ class GangAdmission:
         topo, ledger, key = self.state.topology, self.state.ledger, gang.key
         if self.is_rolling_back(key):
             return None, f"gang {key} is being rolled back; it is placed afresh once its evicted members are gone"
-        allowed, caps = self.member_room(list(pending), offered)
+        if _short_by_count(gang, topo, pending):  # no placement exists: the members' room is not worked out
+            allowed, caps = offered, {}
+        else:
+            allowed, caps = self.member_room(list(pending), offered)
         with offered_only(topo, allowed), gpus_capped(topo, caps):
             placement = self.place_gang(gang, topo, self.policy)
         head = self.queue.head_before(key, priority, topo)

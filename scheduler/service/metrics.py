@@ -18,7 +18,8 @@ from collections import Counter as Tally
 from typing import Callable, Iterator
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, start_http_server
+from prometheus_client import (CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest,
+                               start_http_server)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -204,6 +205,7 @@ class ServiceMetrics:
 
     def __init__(self, state: ClusterState) -> None:
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, resident memory, open fds
         self.latency = Histogram("meshfit_request_seconds", "Request latency per verb.", ["verb"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
         self.expiries = Counter("meshfit_reservation_expiries", "Gang reservations released by TTL.",

@@ -136,11 +136,15 @@ def reserved_times(log: Path) -> dict[str, float]:
 
 
 def meshfit_histograms(url: str) -> dict:
-    """meshfit's extender verbs and own-Binding latency (count and mean ms) and its direct binder's event counts."""
+    """meshfit's extender verbs and own-Binding latency (count and mean ms), its direct binder's event counts and its
+    process's CPU seconds (`cpu_seconds`: on a small machine it competes with kube-scheduler for the same cores)."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
         text = response.read().decode()
     found: dict = {}
     for family in text_string_to_metric_families(text):
+        if family.name == "process_cpu_seconds":
+            found["cpu_seconds"] = round(family.samples[0].value, 1)
+            continue
         if family.name == "meshfit_direct_binding_events":
             found["direct_binding_events"] = {s.labels["event"]: int(s.value) for s in family.samples
                                               if s.name.endswith("_total")}
@@ -161,13 +165,17 @@ def meshfit_histograms(url: str) -> dict:
 
 def scheduler_breakdown(port: int) -> dict:
     """kube-scheduler's own account of its cycles (its /metrics on `port`, allowed without authorization): attempts and
-    mean ms by result, and mean ms per framework extension point of unschedulable attempts' phases."""
+    mean ms by result, mean ms per framework extension point of unschedulable attempts' phases, and its process's CPU
+    seconds (`cpu_seconds`)."""
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=30, context=context) as response:
         text = response.read().decode()
     found: dict = {"attempts": {}, "extension_points": {}}
     for family in text_string_to_metric_families(text):
+        if family.name == "process_cpu_seconds":
+            found["cpu_seconds"] = round(family.samples[0].value, 1)
+            continue
         if family.name == "scheduler_scheduling_attempt_duration_seconds":
             into, label = found["attempts"], "result"
         elif family.name == "scheduler_framework_extension_point_duration_seconds":

@@ -129,13 +129,15 @@ def test_grafana_dashboard_shows_every_exported_metric():
     board = dashboard()
     assert board["uid"] == "meshfit" and board["panels"]
     expressions = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
-    used = {m for e in expressions for m in re.findall(r"\b(meshfit_[a-z0-9_]+)", e)}
+    used = {m for e in expressions for m in re.findall(r"\b((?:meshfit|process)_[a-z0-9_]+)", e)}
     families = exported_metric_families()
     assert {"meshfit_request_seconds", "meshfit_gangs", "meshfit_gpus_free", "meshfit_gpus_free_largest_domain",
             "meshfit_reservation_expiries", "meshfit_gang_placements", "meshfit_step_time_ratio",
             "meshfit_rank_table_publish_failures", "meshfit_gc_pause_seconds", "meshfit_scrape_errors"} <= families
     suffixes = ("", "_total", "_bucket", "_count", "_sum")
-    missing = {f for f in families if not any(f + s in used for s in suffixes)}
+    assert {"process_cpu_seconds", "process_resident_memory_bytes"} <= families  # the standard process collector
+    standard = {"process_virtual_memory_bytes", "process_start_time_seconds", "process_open_fds", "process_max_fds"}
+    missing = {f for f in families - standard if not any(f + s in used for s in suffixes)}
     assert not missing, f"metrics with no dashboard panel: {sorted(missing)}"
     unknown = {m for m in used if not any(m == f + s for f in families for s in suffixes)}
     assert not unknown, f"dashboard queries metrics the service does not export: {sorted(unknown)}"

@@ -322,3 +322,32 @@ def test_a_gang_kube_scheduler_preempts_whole_holds_nothing_for_its_recreated_me
     preemptor = make_pod("urgent", 8)
     assert filter_nodes(service.filter(preemptor)) == ["n-0-0"]
     assert service.scheduler.lifecycle.machine.unexpected == []
+
+
+def test_holders_below_a_priority_are_only_those_it_could_evict():
+    service, _, _ = full_cluster()
+    flow = service.scheduler.preemption
+    every = {h.key: h.priority for h in flow.holders(exclude="")}
+    assert every == {"default/low1": 10, "default/low2": 10, "default/mid": 20}
+    assert {h.key for h in flow.holders(exclude="", below=20)} == {"default/low1", "default/low2"}
+    assert flow.holders(exclude="", below=10) == []  # equal priority is never a victim (`plan_preemption`)
+    assert {h.key for h in flow.holders(exclude="default/low1", below=21)} == {"default/low2", "default/mid"}
+
+
+def test_a_gang_of_the_common_priority_builds_no_holder_when_it_does_not_fit(monkeypatch):
+    service, _, _ = full_cluster()
+    flow, asked = service.scheduler.preemption, []
+    every = flow.holders
+
+    def counting(exclude: str, below: int | None = None) -> list:
+        found = every(exclude, below)
+        asked.append(len(found))
+        return found
+
+    monkeypatch.setattr(flow, "holders", counting)  # the test watches what one refusal builds
+    same = [pending("same", i, 2, 10) for i in range(2)]
+    for pod in same:
+        service.state.upsert_pod(pod)
+    reply = service.filter(same[0])
+    assert filter_nodes(reply) == [] and "does not fit" in next(iter(reply["FailedNodes"].values()))
+    assert asked == [0]  # priority 10 may evict nothing here: no holder built, no plan tried

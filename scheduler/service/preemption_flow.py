@@ -98,7 +98,8 @@ class PreemptionFlow:
         """Every gang in the ledger and every bound GPU pod outside gangs, as eviction candidates; with `below`, only
         those of a priority under it (no other can be a victim: `plan_preemption`).  A gang of the cluster's
         common priority asks this at each refusal of a burst, so holders it could never evict are skipped before
-        anything is built for them (a 5,000-node burst on 2 cores: building them all was 14% of meshfit's busy samples)."""
+        anything is built for them (in a 5,000-node burst on 2 cores, building them all was 14% of meshfit's busy
+        samples)."""
         state, found = self.state, []
         for key, entry in state.ledger.entries.items():
             if key == exclude:

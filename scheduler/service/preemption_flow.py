@@ -105,13 +105,12 @@ class PreemptionFlow:
             if key == exclude:
                 continue
             members = list(state.gang_index.get(key, {}).values())
-            if below is not None and (any(r.priority >= below for r in members)
-                                      or (not members and entry.gang.priority >= below)):
+            priority = max((r.priority for r in members), default=entry.gang.priority)
+            if below is not None and priority >= below:
                 continue
             holdings = [reservation_key(key, s.index) for s in entry.slots.values()
                         if s.state in (SLOT_RESERVED, SLOT_BINDING)]
             holdings += [pod_holding_key(r.namespace, r.name) for r in members if r.node]
-            priority = max((r.priority for r in members), default=entry.gang.priority)
             safe = bool(members) and key not in self.lifecycle.rolling_back and \
                 not any(s.state == SLOT_BINDING for s in entry.slots.values())
             found.append(Holder(key, priority, tuple(holdings), safe))

@@ -22,6 +22,11 @@ taint, condition, label, GPUs lost, deleted):
 With no room anywhere the lost members are still evicted (their node is failed) and the gang waits
 incomplete at the head of the queue (`GangLifecycle._repair`), where the completion timeout's
 rollback still applies.
+
+Failures that come close together are handled as one: while another member of the gang sits on a node
+failed within its grace, the gang waits for that node too (or for it to recover), for at most one more
+`grace` after its first lost member's.  A replacement restarts every rank, so two nodes failing a second
+apart cost one restart, not two, and one event and `replacement` row name both.
 """
 
 from __future__ import annotations
@@ -94,12 +99,20 @@ class MemberReplacement:
         for key, entry in entries.items():
             lost = {s.index: failed[s.node] for s in entry.slots.values()
                     if s.state == SLOT_BOUND and s.node in failed}
-            if lost and key not in self.lifecycle.rolling_back:
+            if lost and key not in self.lifecycle.rolling_back and not self._settling(entry, lost, now):
                 lost_by_gang[key] = lost
         for key, lost in lost_by_gang.items():
             entry = entries.get(key)
             if entry is not None:
                 self._replace(entry, lost, now)
+
+    def _settling(self, entry: Reservation, lost: dict[int, NodeFailure], now: float) -> bool:
+        """True while another member is on a node failed within the grace and the first lost member's node
+        has been failed for less than two graces: wait to replace both at once."""
+        failing = self.state.health.failed
+        within = any(s.state == SLOT_BOUND and s.index not in lost and s.node in failing
+                     for s in entry.slots.values())
+        return within and now - min(f.since for f in lost.values()) < 2 * self.grace
 
     def _remember_cost(self, key: str, entry: Reservation) -> None:
         layout = tuple(entry.node_of(i) or "" for i in range(len(entry.gang.pods)))

@@ -100,8 +100,9 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
         self._missing: dict[tuple[str, str, str], float] = {}
         self.gang_evicted: Callable[[str, set[str]], None] | None = None
         """Called (under the lock) when every bound member of a gang is terminating (see `_whole_gang_terminating`)."""
-        self.member_pending: Callable[[PodRecord], None] | None = None
-        """Called (under the lock) when the watch reports a pending gang member (the direct binder's trigger)."""
+        self.member_watched: Callable[[PodRecord], None] | None = None
+        """Called (under the lock) when the watch reports a gang member, pending (the direct binder's trigger) or
+        bound."""
         self.member_gone: Callable[[PodRecord], None] | None = None
         """Called (under the lock) when an unfinished gang member's pod is gone, after its slot was held for the pod
         its controller recreates (the direct binder keeps the member's room counted there)."""
@@ -237,8 +238,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
             self._hold(self.topology, record)
             self._follow_gang(record)
             self._track_request_only(record)
-            if self.member_pending is not None and record.member is not None and not record.node and from_watch:
-                self.member_pending(record)
+            if self.member_watched is not None and record.member is not None and from_watch:
+                self.member_watched(record)
             if record.member is not None and record.phase in FINISHED_PHASES:
                 self.retry_awaiting(record.member.gang_key)
         return record

@@ -39,7 +39,7 @@ class BusyPods:
 
 class BindingPosts:
     """Posting Bindings; mixed into `GangBinding` (it provides `state`, `binder`, `hooks`, `clock`, `fits`,
-    `in_flight`, `in_flight_requests`, `busy`, `retry_at`, `refused`, `counts`, `_pool`, `_pending_sync`,
+    `in_flight`, `in_flight_requests`, `posting`, `busy`, `retry_at`, `refused`, `counts`, `_pool`, `_pending_sync`,
     `let_go` and `_add_in_flight`)."""
 
     state: Any
@@ -49,6 +49,7 @@ class BindingPosts:
     fits: Callable[..., str]
     in_flight: dict
     in_flight_requests: dict
+    posting: dict
     busy: Any
     retry_at: dict
     refused: dict
@@ -73,6 +74,7 @@ class BindingPosts:
             self.counts["unnominated"] += 1  # bound without a nomination first (`GangBinding._unraced`)
         self.let_go(record.uid)  # counted as a Binding in flight from now on
         self.in_flight[record.uid] = future
+        self.posting[record.uid] = (slot.node, record)
         self._add_in_flight(slot.node, record, +1)
         self._submit(lambda: self._bind(record, member.gang_key, member.index, slot.node, assignment, future))
         return 1
@@ -126,8 +128,7 @@ class BindingPosts:
             error = f"binding {record.namespace}/{record.name} to {node} failed: {exc}"
         self.hooks.observe(time.perf_counter() - started, not error)
         with self.state.lock:
-            self._add_in_flight(node, record, -1)
-            self.in_flight.pop(record.uid, None)
+            self._posted(record.uid)
             if error:
                 self._failed(record, gang_key, index, error, conflict)
             else:
@@ -141,11 +142,21 @@ class BindingPosts:
         if not error:
             self.hooks.on_bound(gang_key)
 
+    def _posted(self, uid: str) -> None:
+        """The Binding of `uid` is no longer in flight (posted or not): stop counting it, unless that is done."""
+        self.in_flight.pop(uid, None)
+        self.binding_landed(uid)
+
+    def binding_landed(self, uid: str) -> None:
+        """Stop counting `uid`'s Binding in flight on its node (once: at the watch or the call's return, the first)."""
+        posted = self.posting.pop(uid, None)
+        if posted is not None:
+            self._add_in_flight(posted[0], posted[1], -1)
+
     def _no_longer_fits(self, record: PodRecord, gang_key: str, index: int, node: str, reason: str) -> None:
         """Right before its Binding the member no longer fits: nothing is posted; the slot is plainly reserved again
         and the member is left to kube-scheduler, whose filters reject the node, so meshfit moves the member."""
-        self._add_in_flight(node, record, -1)
-        self.in_flight.pop(record.uid, None)
+        self._posted(record.uid)
         self.state.ledger.unmark_binding(gang_key, index)
         self.refused[record.uid] = reason
         self.counts["no_longer_fit"] += 1

@@ -85,6 +85,9 @@ class GangBinding(GangNominations, BindingPosts, MemberVacancies):
         """Pod uid -> the outcome ("" or an error text) of the Binding this binder is posting for it."""
         self.in_flight_requests: dict[str, dict[str, Any]] = {}
         """Node -> requests of this binder's Bindings in flight there (not yet in `state.requested`)."""
+        self.posting: dict[str, tuple[str, PodRecord]] = {}
+        """Pod uid -> (node, record) of a Binding in flight counted in `in_flight_requests`: until its call returns or
+        the watch shows the pod bound (`member_watched`), whichever comes first."""
         self.nominating: dict[str, str] = {}
         """Pod uid -> the node a nomination write in flight names."""
         self.nominated: dict[str, tuple[str, float, str | None]] = {}
@@ -177,6 +180,17 @@ class GangBinding(GangNominations, BindingPosts, MemberVacancies):
         keys = [key for key, entry in self.state.ledger.entries.items()
                 if any(s.state == SLOT_RESERVED for s in entry.slots.values())]
         return sum(self.kick(key) for key in keys)
+
+    def member_watched(self, record: PodRecord) -> None:
+        """The watch reported a gang member (under the lock): a pending one may be nominated or bound
+        (`member_pending`); a bound one is counted in `state.requested` from now on, so its Binding in flight or hold
+        stops counting on its node (counted in both, its peers saw its room taken twice and did not fit beside it)."""
+        if not record.node:
+            self.member_pending(record)
+            return
+        self.binding_landed(record.uid)
+        if record.uid in self.holds:
+            self.let_go(record.uid)
 
     def member_pending(self, record: PodRecord) -> None:
         """The watch reported a pending member (under the lock): nominate or bind it if its gang is reserved.  The
@@ -297,7 +311,7 @@ class GangBinding(GangNominations, BindingPosts, MemberVacancies):
         or the vacancy counted for its slot there while no pod stood for it (`MemberVacancies`)."""
         counted = self.in_flight_requests.get(node, {})
         held = self.holds.get(record.uid)
-        own = record.needs.requests if (held is not None and held[0] == node) or record.uid in self.in_flight else {}
+        own = record.needs.requests if (held is not None and held[0] == node) or record.uid in self.posting else {}
         vacancy = self.vacancy_of(record, node)
         if not own and not vacancy:
             return counted

@@ -115,7 +115,7 @@ class GangScheduler(BindVerb, RoomGuard, NodeScores):
                 self.lifecycle.machine.on(transition, self.direct.on_transition)
             self.lifecycle.use_direct_binder(self.direct.leaves_to_kube, self.direct.bind_backlog, self.direct.member_nodes,
                                              direct_binding.backlog_limit)
-            state.member_pending = self.direct.member_pending
+            state.member_watched = self.direct.member_watched
             state.member_gone = self.direct.member_gone
             state.relisted = self.direct.refresh_all_vacancies
 

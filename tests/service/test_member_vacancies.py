@@ -139,7 +139,7 @@ def test_a_replacement_nominated_on_its_slot_is_not_counted_twice():
     again = recreated(pods[0], "uid-g-0-again")
     again["status"]["nominatedNodeName"] = nodes[0]
     direct = service.scheduler.direct
-    service.state.member_pending = None  # the watch reports it before the binder acts on it: nothing held yet
+    service.state.member_watched = None  # the watch reports it before the binder acts on it: nothing held yet
     watch(service, [again])
     direct.refresh_vacancies("default/g")
     assert direct.vacancies == {} and direct.in_flight_requests.get(nodes[0]) is None

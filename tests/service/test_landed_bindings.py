@@ -1,0 +1,60 @@
+"""A member whose Binding the watch shows before meshfit's call returns is counted once on its node, not twice (in
+the watch's bound pods and in the Bindings in flight): its peers checked in that window still fit beside it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tests.service.helpers import filter_nodes
+from tests.service.test_direct_binding import direct_service, members, watch
+from tests.service.test_nomination_fence import cpu_nodes
+
+
+def small_gang(name: str, size: int) -> list[dict]:
+    """A gang of 2-GPU members asking 5 CPUs each: three fill a 16-CPU node but for one CPU."""
+    pods = members(name, size, gpus=2)
+    for pod in pods:
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "5"
+    return pods
+
+
+def wait_until(predicate, what: str, timeout: float = 5.0) -> None:
+    """Poll `predicate` until true; fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def landed(pod: dict, node: str) -> dict:
+    """The watch's view of `pod` once its Binding is in: bound to `node`."""
+    bound = {**pod, "spec": {**pod["spec"], "nodeName": node}}
+    return bound
+
+
+def test_a_peer_checked_while_a_landed_binding_is_still_in_flight_fits_beside_it():
+    service = direct_service(cpu_nodes(1), synchronous=False)
+    direct = service.scheduler.direct
+    service.binder.gate = threading.Event()  # meshfit's calls stay in flight
+    try:
+        pods = small_gang("g", 3)
+        watch(service, pods[:2])  # the third member's pod is not created yet
+        filter_nodes(service.filter(pods[0]))  # kube-scheduler asks about g-0: the gang is reserved, g-1 is meshfit's
+        service.clock.advance(5.0)  # past the wait for members not created yet
+        service.scheduler.tick()
+        wait_until(lambda: service.binder.calls == ["g-1"], "g-1's Binding started")
+        node = service.state.ledger.get("default/g").node_of(1)
+        watch(service, [landed(pods[1], node)])  # the watch shows g-1 bound; meshfit's call has not returned
+        service.clock.advance(1.0)
+        watch(service, pods[2:])  # the last member arrives: 5 + 5 + 5 CPUs of 16 on the node
+        refused = service.state.pod("default", "g-2").uid
+        wait_until(lambda: "g-2" in service.binder.calls or refused in direct.refused or direct.counts["no_longer_fit"],
+                   "the last member's Binding started or was refused")
+        assert direct.refused == {} and direct.counts["no_longer_fit"] == 0 and "g-2" in service.binder.calls
+    finally:
+        service.binder.gate.set()
+        direct.shutdown()
+    assert service.bind(pods[0], node) == {"Error": ""}  # kube-scheduler binds the member it was told about
+    assert service.state.ledger.get("default/g").status == "bound"
+    assert direct.in_flight_requests == {}  # nothing left counted once every call returned

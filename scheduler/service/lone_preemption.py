@@ -36,7 +36,7 @@ from scheduler.placement.engine import place
 from scheduler.placement.jobs import Gang, JobSpecError, PodSlot
 from scheduler.placement.offered import offered_only
 from scheduler.service.actions import EVENT_NORMAL, PodRef
-from scheduler.service.preemption_flow import GIVE_UP_SECONDS, NEVER, REEVICT_SECONDS
+from scheduler.service.preemption_flow import GIVE_UP_SECONDS, NEVER, POD, REEVICT_SECONDS
 from topology.k8s import FINISHED_PHASES
 from topology.model import ClusterTopology, TopologyError
 
@@ -174,7 +174,7 @@ class LonePreemption:
                    f"{plan.domain}: {plan.victim_gpus} GPUs freed; nominated there once they are gone")
         log.warning(message, extra={"decision": "preempting", "domain": plan.domain, "pod": key})
         self.lifecycle.dispatcher.event(ref, "Preempting", message, EVENT_NORMAL)
-        self.flow.count(plan)
+        self.flow.count(plan, POD)
 
     # ----- follow-up ---------------------------------------------------------------------------
     def _follow(self, key: str, pending: LonePending, now: float) -> None:

@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from scheduler.placement.capacity import domain_pod_slots
 from scheduler.placement.result import Placement
 from scheduler.service.gcpolicy import GcPauseRecorder
+from scheduler.service.preemption_flow import PREEMPTORS
 from scheduler.cache.state import ClusterState
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -224,10 +225,16 @@ class ServiceMetrics:
                                    "Seconds from a gang's first member reaching meshfit until the gang is reserved "
                                    "(until=reserved) or fully bound (until=bound).", ["until"],
                                    buckets=WAIT_BUCKETS, registry=self.registry)
-        self.preemptions = Counter("meshfit_gang_preemptions", "Preemptions carried out (each evicts whole "
-                                   "lower-priority gangs in one domain).", registry=self.registry)
-        self.preempted_gpus = Counter("meshfit_preempted_gpus", "GPUs held by the gangs and pods preempted.",
+        self.preemptions = Counter("meshfit_gang_preemptions", "Preemptions carried out, each evicting whole "
+                                   "lower-priority gangs and pods in one domain, by what preempted: a gang "
+                                   "(preemptor=gang) or a lone GPU pod (preemptor=pod).", ["preemptor"],
+                                   registry=self.registry)
+        self.preempted_gpus = Counter("meshfit_preempted_gpus", "GPUs held by the gangs and pods preempted, by what "
+                                      "preempted them (preemptor=gang or pod).", ["preemptor"],
                                       registry=self.registry)
+        for preemptor in PREEMPTORS:
+            self.preemptions.labels(preemptor)
+            self.preempted_gpus.labels(preemptor)
         self.elastic_resizes = Counter("meshfit_elastic_resizes", "Elastic gang resizes (whole DP replicas dropped "
                                        "or added).", ["direction"], registry=self.registry)
         self.bindings = Histogram("meshfit_binding_seconds", "Binding API calls meshfit made, by who asked for them: "
@@ -269,10 +276,10 @@ class ServiceMetrics:
         """Time one Binding call made for `by` ("meshfit" or "kube-scheduler")."""
         self.bindings.labels(by, "bound" if ok else "failed").observe(seconds)
 
-    def observe_preemption(self, plan) -> None:
-        """Count a preemption and the GPUs its victims held."""
-        self.preemptions.inc()
-        self.preempted_gpus.inc(plan.victim_gpus)
+    def observe_preemption(self, plan, preemptor: str) -> None:
+        """Count a preemption by a `preemptor` ("gang" or "pod") and the GPUs its victims held."""
+        self.preemptions.labels(preemptor).inc()
+        self.preempted_gpus.labels(preemptor).inc(plan.victim_gpus)
 
     def register_collector(self, collector: Collector, name: str) -> Collector:
         """Register `collector` behind a `SafeCollector`; returns the wrapper (to unregister it)."""

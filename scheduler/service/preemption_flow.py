@@ -52,6 +52,9 @@ GIVE_UP_SECONDS = 600.0
 COOLDOWN_SECONDS = 30.0
 """After a preemption ends without a reservation, the gang waits this long before planning again."""
 NEVER = "Never"
+GANG, POD = "gang", "pod"
+"""What preempted: a gang (this flow) or a lone GPU pod (`scheduler.service.lone_preemption`)."""
+PREEMPTORS = (GANG, POD)
 WAITING_PLANNED = 8
 """Waiting gangs (queue order) planned for per tick when the queue pass skips them for lack of free GPUs."""
 RETRY_SECONDS = 5.0
@@ -87,8 +90,8 @@ class PreemptionFlow:
         self.counters: Counter = Counter()
         self.tried: dict[str, float] = {}
         """Gang key -> when the tick last planned for it."""
-        self.observe: Callable[[PreemptionPlan], None] | None = None
-        """Called with each plan carried out (metrics)."""
+        self.observe: Callable[[PreemptionPlan, str], None] | None = None
+        """Called with each plan carried out and what preempted, `GANG` or `POD` (metrics)."""
         self.lifecycle.unplaced.append(self.on_unplaced)
         self.lifecycle.upkeep.append(self.upkeep)
         self.lifecycle.row_extras.append(self.row_extra)
@@ -174,7 +177,7 @@ class PreemptionFlow:
             first = min(members, key=lambda r: r.member.index)
             self.lifecycle.dispatcher.event(self.lifecycle.pod_ref(first), "GangPreempting", message, EVENT_NORMAL)
         self.done[gang.key] = f"{names} in {plan.level} {plan.domain} ({plan.victim_gpus} GPUs)"
-        self.count(plan)
+        self.count(plan, GANG)
 
     def evict_victims(self, plan: PreemptionPlan, preemptor: str, priority: int) -> dict[str, PodRef]:
         """Evict every victim of `plan` whole for `preemptor` ("gang ns/name" or "pod ns/name"); uid -> pod evicted."""
@@ -188,12 +191,12 @@ class PreemptionFlow:
                 evicted[ref.uid] = ref
         return evicted
 
-    def count(self, plan: PreemptionPlan) -> None:
-        """Count a preemption carried out (metrics)."""
+    def count(self, plan: PreemptionPlan, preemptor: str) -> None:
+        """Count a preemption carried out for a `preemptor` of kind `GANG` or `POD` (metrics)."""
         self.counters["preemptions"] += 1
         self.counters["preempted_gpus"] += plan.victim_gpus
         if self.observe is not None:
-            self.observe(plan)
+            self.observe(plan, preemptor)
 
     def evict_victim(self, victim: Holder, message: str) -> list[PodRef]:
         """Evict one victim whole (a gang: every member, its ledger entry released, rolling back); the pods evicted."""

@@ -73,7 +73,8 @@ def test_a_high_priority_gang_preempts_only_whole_lower_priority_gangs_in_one_le
     preempting = [message for _, reason, message in events if reason == "GangPreempting"]
     assert len(preempting) == 1 and "/a1 (priority 10)" in preempting[0] and "leaf-0" in preempting[0]
     metrics = wait_for(lambda: _metrics(stack), timeout=10.0)
-    assert "meshfit_gang_preemptions_total 1.0" in metrics and "meshfit_preempted_gpus_total 32.0" in metrics
+    assert 'meshfit_gang_preemptions_total{preemptor="gang"} 1.0' in metrics
+    assert 'meshfit_preempted_gpus_total{preemptor="gang"} 32.0' in metrics
 
 
 def _metrics(stack) -> str:

@@ -44,6 +44,9 @@ def test_a_lone_pod_evicts_the_cheapest_lower_holder_and_is_nominated_on_the_fre
     assert [c.reason for c in actions.of("event") if c.pod.name == "cheap"] == ["Preempted"]
     [(preempting)] = [c for c in actions.of("event") if c.pod.name == "urgent"]
     assert preempting.reason == "Preempting" and "pod:default/cheap (priority 5)" in preempting.detail
+    text = service.client.get("/metrics").text  # counted as a lone pod's preemption, not a gang's
+    assert 'meshfit_gang_preemptions_total{preemptor="pod"} 1.0' in text
+    assert 'meshfit_gang_preemptions_total{preemptor="gang"} 0.0' in text
     ticks(service, 3)
     assert evicted(actions) == ["cheap"] and not actions.of("requeue")  # no storm while the victim terminates
     service.state.delete_pod("default", "cheap")

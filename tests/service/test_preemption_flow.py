@@ -67,7 +67,9 @@ def test_a_higher_priority_gang_evicts_only_one_whole_lower_gang_in_one_rack():
     [(pod, message)] = events(actions, "GangPreempting")
     assert pod == "urgent-0" and "default/low1 (priority 10)" in message and "16 GPUs freed" in message
     text = service.client.get("/metrics").text
-    assert "meshfit_gang_preemptions_total 1.0" in text and "meshfit_preempted_gpus_total 16.0" in text
+    assert 'meshfit_gang_preemptions_total{preemptor="gang"} 1.0' in text
+    assert 'meshfit_preempted_gpus_total{preemptor="gang"} 16.0' in text
+    assert 'meshfit_gang_preemptions_total{preemptor="pod"} 0.0' in text
     assert service.state.ledger.get("default/low1") is None and service.state.ledger.get("default/low2") is not None
 
 

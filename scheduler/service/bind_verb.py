@@ -180,6 +180,9 @@ class BindVerb:
         if free < record.gpus:
             return (f"node {node_name} no longer has {record.gpus} free GPUs "
                     f"({free} free once gang reservations are held)")
+        crowded = self.direct.lone_crowded_out(record, node_name) if self.direct is not None else ""
+        if crowded:  # a member held or bound there since its /filter answer, which kube-scheduler cannot count yet
+            return f"pod {record.key} does not fit node {node_name} now: {crowded}; not binding it"
         release_hold(self.state.topology, record)
         self.state.record_binding(record.namespace, record.name, node_name)
         return ""

@@ -188,6 +188,8 @@ class GangBinding(GangNominations, BindingPosts, MemberVacancies):
         if not record.node:
             self.member_pending(record)
             return
+        if record.uid in self.posting:  # kube-scheduler's cache may not count it yet: `counts_unseen` until then
+            self.state.recent_binds[record.node] = self.clock()
         self.binding_landed(record.uid)
         if record.uid in self.holds:
             self.let_go(record.uid)

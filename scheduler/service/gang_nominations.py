@@ -125,12 +125,25 @@ class GangNominations:
 
     def answer_lone(self, record: PodRecord, nodes: list[str], failed: dict[str, str]) -> None:
         """kube-scheduler asks `/filter` for lone GPU pod `record` (under the lock): offered nodes where it would not fit
-        beside members held there (kube-scheduler's own filters may not count them yet) move from `nodes` to
-        `failed`, and the fence remembers the answer (`NominationFence.note_answer`)."""
-        counted = self.in_flight_requests  # nodes with held members or Bindings in flight, kept up to date
-        if counted:
-            self._turn_away(record, nodes, failed, lambda name: name in counted, "", "beside gang members reserved there")
+        beside members held, binding or just bound there (kube-scheduler's own filters may not count them yet) move
+        from `nodes` to `failed`, and the fence remembers the answer (`NominationFence.note_answer`)."""
+        self._turn_away(record, nodes, failed, self.counts_unseen, "", "beside gang members reserved there")
         self.fence.note_answer(record, nodes)
+
+    def lone_crowded_out(self, record: PodRecord, node: str) -> str:
+        """kube-scheduler binds lone GPU pod `record` to `node` through `/bind` (under the lock): "" when it fits there
+        beside the members meshfit holds, binds or just bound -- which may have come after its `/filter` answer and
+        which kube-scheduler's cache may not count yet -- else why not."""
+        if record.needs is None or not self.counts_unseen(node):
+            return ""
+        reason = self.fits(record, node, self._others_on(node, record), self._busy())
+        return f"{reason} beside gang members reserved there" if reason else ""
+
+    def counts_unseen(self, node: str) -> bool:
+        """True when meshfit holds or binds members on `node`, or bound one there in the last `RECENT_BIND_SECONDS`:
+        room kube-scheduler's cache may not count yet (under the lock)."""
+        return node in self.in_flight_requests or \
+            self.state.recent_binds.get(node, -1e18) > self.clock() - RECENT_BIND_SECONDS
 
     def answer_guard(self, record: PodRecord, nodes: list[str], failed: dict[str, str]) -> None:
         """kube-scheduler asks `/guard` about `record`, a pod it places in its own cycle (under the lock): offered nodes
@@ -138,9 +151,8 @@ class GangNominations:
         `RECENT_BIND_SECONDS` (none of which kube-scheduler's cache may count yet) move from `nodes` to `failed`, and
         the fence remembers the answer: a member held on a node after the answer offered it may race this pod
         (`NominationFence.racing`), one held before it was counted in it."""
-        counted, recent, since = self.in_flight_requests, self.state.recent_binds, self.clock() - RECENT_BIND_SECONDS
-        self._turn_away(record, nodes, failed, lambda name: name in counted or recent.get(name, since) > since,
-                        GUARD_REASON_PREFIX, "beside gang members meshfit holds, binds or just bound there")
+        self._turn_away(record, nodes, failed, self.counts_unseen, GUARD_REASON_PREFIX,
+                        "beside gang members meshfit holds, binds or just bound there")
         self.fence.note_answer(record, nodes)
 
     def _turn_away(self, record: PodRecord, nodes: list[str], failed: dict[str, str], checked: Callable[[str], bool],

@@ -127,7 +127,7 @@ class GangNominations:
         """kube-scheduler asks `/filter` for lone GPU pod `record` (under the lock): offered nodes where it would not fit
         beside members held, binding or just bound there (kube-scheduler's own filters may not count them yet) move
         from `nodes` to `failed`, and the fence remembers the answer (`NominationFence.note_answer`)."""
-        self._turn_away(record, nodes, failed, self.counts_unseen, "", "beside gang members reserved there")
+        self._turn_away(record, nodes, failed, self.unseen_check(), "", "beside gang members reserved there")
         self.fence.note_answer(record, nodes)
 
     def lone_crowded_out(self, record: PodRecord, node: str) -> str:
@@ -142,8 +142,12 @@ class GangNominations:
     def counts_unseen(self, node: str) -> bool:
         """True when meshfit holds or binds members on `node`, or bound one there in the last `RECENT_BIND_SECONDS`:
         room kube-scheduler's cache may not count yet (under the lock)."""
-        return node in self.in_flight_requests or \
-            self.state.recent_binds.get(node, -1e18) > self.clock() - RECENT_BIND_SECONDS
+        return self.unseen_check()(node)
+
+    def unseen_check(self) -> Callable[[str], bool]:
+        """`counts_unseen` for one pass over many nodes (the clock read once; under the lock)."""
+        counted, recent, since = self.in_flight_requests, self.state.recent_binds, self.clock() - RECENT_BIND_SECONDS
+        return lambda name: name in counted or recent.get(name, since) > since
 
     def answer_guard(self, record: PodRecord, nodes: list[str], failed: dict[str, str]) -> None:
         """kube-scheduler asks `/guard` about `record`, a pod it places in its own cycle (under the lock): offered nodes
@@ -151,7 +155,7 @@ class GangNominations:
         `RECENT_BIND_SECONDS` (none of which kube-scheduler's cache may count yet) move from `nodes` to `failed`, and
         the fence remembers the answer: a member held on a node after the answer offered it may race this pod
         (`NominationFence.racing`), one held before it was counted in it."""
-        self._turn_away(record, nodes, failed, self.counts_unseen, GUARD_REASON_PREFIX,
+        self._turn_away(record, nodes, failed, self.unseen_check(), GUARD_REASON_PREFIX,
                         "beside gang members meshfit holds, binds or just bound there")
         self.fence.note_answer(record, nodes)
 
@@ -159,8 +163,8 @@ class GangNominations:
                    prefix: str, beside: str) -> None:
         """Move from `nodes` to `failed` the nodes `checked` selects where `record` does not fit beside this binder's
         members (only refusals starting with `prefix` count)."""
-        if record.needs is None:
-            return
+        if record.needs is None or not (self.in_flight_requests or self.state.recent_binds):
+            return  # nothing meshfit holds, binds or just bound anywhere: no node to check
         busy, kept = self._busy(), []
         for name in nodes:
             reason = self.fits(record, name, self._others_on(name, record), busy) if checked(name) else ""

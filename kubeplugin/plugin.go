@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	schedulinglisters "k8s.io/client-go/listers/scheduling/v1alpha2"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -51,7 +50,7 @@ type assignment struct {
 type MeshfitPlacement struct {
 	handle    fwk.Handle
 	placer    Placer
-	podGroups schedulinglisters.PodGroupLister
+	podGroups podGroupKeys
 	timeout   time.Duration
 	now       func() time.Time
 
@@ -80,8 +79,7 @@ func New(_ context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, 
 	if err != nil {
 		return nil, err
 	}
-	return newPlugin(handle, placer, handle.SharedInformerFactory().Scheduling().V1alpha2().PodGroups().Lister(),
-		timeoutOf(args)), nil
+	return newPlugin(handle, placer, newPodGroupKeys(handle), timeoutOf(args)), nil
 }
 
 func timeoutOf(args Args) time.Duration {
@@ -91,7 +89,7 @@ func timeoutOf(args Args) time.Duration {
 	return time.Duration(args.TimeoutSeconds * float64(time.Second))
 }
 
-func newPlugin(handle fwk.Handle, placer Placer, podGroups schedulinglisters.PodGroupLister,
+func newPlugin(handle fwk.Handle, placer Placer, podGroups podGroupKeys,
 	timeout time.Duration) *MeshfitPlacement {
 	return &MeshfitPlacement{handle: handle, placer: placer, podGroups: podGroups, timeout: timeout,
 		now: time.Now, assigned: map[types.UID]assignment{}}
@@ -103,7 +101,7 @@ func (pl *MeshfitPlacement) Name() string { return Name }
 // GeneratePlacements asks meshfit for the group's placement and returns it as the one candidate placement.
 func (pl *MeshfitPlacement) GeneratePlacements(ctx context.Context, _ fwk.PodGroupCycleState,
 	podGroup fwk.PodGroupInfo, parent *fwk.Placement) (*fwk.GeneratePlacementsResult, *fwk.Status) {
-	key, err := pl.topologyKey(podGroup)
+	key, err := pl.podGroups.topologyKey(podGroup)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
@@ -128,17 +126,6 @@ func (pl *MeshfitPlacement) GeneratePlacements(ctx context.Context, _ fwk.PodGro
 	klog.FromContext(ctx).V(3).Info("meshfit placed pod group", "podGroup", klog.KRef(podGroup.GetNamespace(),
 		podGroup.GetName()), "placement", placement.Name, "gang", answer.Gang, "rendezvous", answer.Rendezvous)
 	return &fwk.GeneratePlacementsResult{Placements: []*fwk.Placement{placement}}, nil
-}
-
-func (pl *MeshfitPlacement) topologyKey(podGroup fwk.PodGroupInfo) (string, error) {
-	group, err := pl.podGroups.PodGroups(podGroup.GetNamespace()).Get(podGroup.GetName())
-	if err != nil {
-		return "", err
-	}
-	if c := group.Spec.SchedulingConstraints; c != nil && len(c.Topology) > 0 {
-		return c.Topology[0].Key, nil
-	}
-	return "", nil
 }
 
 // groupRequest is the PlacePodGroup request for the group's unscheduled members and the parent's nodes.

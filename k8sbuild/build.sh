@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build upstream kube-apiserver, kube-scheduler and kube-controller-manager for one or more Kubernetes minors
+# Build upstream kube-apiserver, kube-scheduler, kube-controller-manager and kubectl for one or more Kubernetes minors
 # from the Go module proxy (go.<minor>.mod pins the release) into the per-user cache, and, for a minor that
 # kubeplugin/ has a go.<minor>.mod for (1.36+), kube-scheduler with the MeshfitPlacement plugin:
 #   ~/.cache/meshfit/k8s/<minor>/bin                                 ($MESHFIT_CACHE, else $XDG_CACHE_HOME/meshfit,
@@ -34,7 +34,7 @@ for minor in "${minors[@]}"; do
   plugin_mod="$here/../kubeplugin/go.$minor.mod"
   plugin="$cache/k8s/$minor/plugin-bin/meshfit-kube-scheduler"
   if [ "$missing_only" = 1 ] && [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-scheduler" ] \
-     && [ -x "$bin/kube-controller-manager" ] && "$bin/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $version" \
+     && [ -x "$bin/kube-controller-manager" ] && [ -x "$bin/kubectl" ] && "$bin/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $version" \
      && { [ ! -f "$plugin_mod" ] || [ -x "$plugin" ]; }; then
     echo "k8s $minor: $version already in $bin"
     continue
@@ -47,7 +47,7 @@ for minor in "${minors[@]}"; do
     ldflags="$ldflags -X k8s.io/component-base/version.$kv"
   done
   tags="providerless,k8s_${minor/./_}"
-  for cmd in kube-apiserver kube-scheduler kube-controller-manager; do
+  for cmd in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
     (cd "$here" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -modfile="$mod" -tags "$tags" -trimpath \
         -ldflags "$ldflags" -o "$bin/$cmd.new" "./cmd/$cmd")
     mv -f "$bin/$cmd.new" "$bin/$cmd"

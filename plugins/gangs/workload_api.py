@@ -7,6 +7,14 @@ Two shapes, one source (the served version is found by discovery, `scheduler.kub
   Pods of one replica key form one gang: `<workload>-<podGroup>[-<key>]`.
 - 1.36, `v1alpha2`: a `PodGroup` object carries `spec.schedulingPolicy.gang.minCount`; a pod points at it with
   `spec.schedulingGroup.podGroupName`.  The gang is the PodGroup.
+- 1.37, `v1beta1`: the same PodGroup shape (it names its Workload template with `spec.workloadRef`).  With the
+  `CompositePodGroup` gate, a PodGroup may sit under a `v1alpha3` `CompositePodGroup`
+  (`spec.parentCompositePodGroupName`): a job that spans a spine with one sub-group per leaf.  The gang is then
+  the CompositePodGroup: its `schedulingConstraints.topology[].key` is meshfit's required level, and its size
+  `schedulingPolicy.gang.minGroupCount` sub-groups of the member's own PodGroup's `minCount` (sub-groups of one
+  template, as a Workload's composite template makes them).  The sub-groups' key (a leaf) is meshfit's preference
+  already: within the required domain its placement minimises predicted communication, which packs the gang into
+  as few leaves as it can (a constraint holds a required or a preferred level, not both).
 
 Only `gang` groups are gangs (a `basic` group's pods are scheduled one by one).  The gang size is `minCount`; a
 PodGroup's required level is its `spec.schedulingConstraints.topology[].key` (a node label key, one at most).  A
@@ -56,7 +64,7 @@ def _index(pod: dict, where: str) -> int | None:
 
 
 def required_key(group: Mapping[str, Any], where: str) -> str | None:
-    """`spec.schedulingConstraints.topology[].key` of a v1alpha2 PodGroup (None without one); JobSpecError when
+    """`spec.schedulingConstraints.topology[].key` of a PodGroup or CompositePodGroup (None without one); JobSpecError when
     malformed or when several keys are given (the API allows one)."""
     constraints = _spec(group).get("schedulingConstraints")
     if constraints is None:
@@ -76,7 +84,8 @@ def required_key(group: Mapping[str, Any], where: str) -> str | None:
 
 
 class WorkloadApiSource:
-    """Members of a `Workload` pod group (v1alpha1) or a `PodGroup` (v1alpha2) with a gang policy."""
+    """Members of a `Workload` pod group (v1alpha1), a `PodGroup` (v1alpha2, v1beta1) or a `CompositePodGroup`
+    (v1alpha3) with a gang policy."""
 
     name = NAME
     priority = 5
@@ -118,8 +127,33 @@ class WorkloadApiSource:
         size = _min_count(_spec(group).get("schedulingPolicy"), f"{where}: PodGroup {name}")
         if size is None:
             return None
+        key = required_key(group, f"{where}: PodGroup {name}")
+        parent = _spec(group).get("parentCompositePodGroupName")
+        if parent:
+            return self._from_composite(pod, str(parent), size, key, lookup)
         return resolve_membership(pod, lookup, source=NAME, gang_name=name, index=_index(pod, where), size=size,
-                                  owner=group, required_level=required_key(group, f"{where}: PodGroup {name}"))
+                                  owner=group, required_level=key)
+
+    def _from_composite(self, pod: dict, name: str, child_size: int, child_key: str | None,
+                        lookup: Lookup) -> GangMembership | None:
+        """The member of a sub-group of CompositePodGroup `name`: the composite is the gang (module docstring)."""
+        where, namespace = pod_label(pod), namespace_of(pod)
+        composite = lookup_kind(lookup, "CompositePodGroup", GROUP, namespace, name)
+        if composite is None:
+            raise JobSpecError(f"{where}: CompositePodGroup {namespace}/{name} (its PodGroup's "
+                               "spec.parentCompositePodGroupName) is not known yet")
+        policy = _spec(composite).get("schedulingPolicy")
+        if not isinstance(policy, Mapping) or "gang" not in policy:
+            return None  # a basic composite: its sub-groups are independent gangs of their own
+        groups = (policy.get("gang") or {}).get("minGroupCount")
+        if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 \
+                or groups * child_size > MAX_GANG_PODS:
+            raise JobSpecError(f"{where}: CompositePodGroup {name} gang policy minGroupCount must be an integer from "
+                               f"1 to {MAX_GANG_PODS // child_size} (sub-groups of {child_size}), got {groups!r}")
+        return resolve_membership(pod, lookup, source=NAME, gang_name=name, index=_index(pod, where),
+                                  size=groups * child_size, owner=composite,
+                                  required_level=required_key(composite, f"{where}: CompositePodGroup {name}")
+                                  or child_key)
 
 
 def factory() -> WorkloadApiSource:

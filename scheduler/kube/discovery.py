@@ -1,7 +1,8 @@
 """Which version of each drifting API the cluster serves, read from API discovery before the cache starts.
 
 Alpha and beta APIs move between versions release to release: Kubernetes' own gang API is
-`scheduling.k8s.io/v1alpha1` `Workload` in 1.35 and `v1alpha2` `PodGroup` in 1.36; Kueue 0.19 serves its
+`scheduling.k8s.io/v1alpha1` `Workload` in 1.35, `v1alpha2` `PodGroup` in 1.36 and `v1beta1` in 1.37 (with
+`v1alpha3` `CompositePodGroup`); Kueue 0.19 serves its
 `Topology` at `v1beta1` / `v1beta2` and no longer at `v1alpha1`.  For each such resource `VERSIONS` lists the
 versions meshfit reads, preferred first; `discover` asks the API server (`GET /apis/<group>/<version>`) which of
 them serve the resource and watches the first that does.  A resource none of whose versions is served keeps its
@@ -22,8 +23,9 @@ from scheduler.kube.resources import WatchedResource
 log = logging.getLogger("meshfit.kube")
 
 VERSIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("scheduling.k8s.io", "workloads"): ("v1alpha1", "v1alpha2"),
-    ("scheduling.k8s.io", "podgroups"): ("v1alpha2", "v1alpha3", "v1beta1"),
+    ("scheduling.k8s.io", "workloads"): ("v1beta1", "v1alpha2", "v1alpha1"),
+    ("scheduling.k8s.io", "podgroups"): ("v1beta1", "v1alpha3", "v1alpha2"),
+    ("scheduling.k8s.io", "compositepodgroups"): ("v1alpha3",),
     ("kueue.x-k8s.io", "workloads"): ("v1beta2", "v1beta1"),
     ("kueue.x-k8s.io", "topologies"): ("v1beta2", "v1beta1", "v1alpha1"),
     ("kueue.x-k8s.io", "admissionchecks"): ("v1beta2", "v1beta1"),

@@ -51,6 +51,7 @@ DEFAULT_RESOURCES: tuple[WatchedResource, ...] = (
     WatchedResource("kueue.x-k8s.io", "v1beta2", "admissionchecks", "AdmissionCheck"),
     WatchedResource("scheduling.k8s.io", "v1alpha1", "workloads", "Workload"),
     WatchedResource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup"),
+    WatchedResource("scheduling.k8s.io", "v1alpha3", "compositepodgroups", "CompositePodGroup"),
     WatchedResource("kai.scheduler", "v1alpha1", "topologies", "Topology"),
     WatchedResource("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode"),
 )

@@ -115,3 +115,86 @@ def test_discovery_watches_the_version_the_cluster_serves(monkeypatch):
     assert found[("scheduling.k8s.io", "workloads")] == "v1alpha2"
     assert found[("kueue.x-k8s.io", "topologies")] == "v1beta2"  # Kueue 0.19 serves no v1alpha1 Topology
     assert found[("", "pods")] == "v1" and found[("kai.scheduler", "topologies")] == "v1alpha1"
+
+
+def v1beta1_group(name: str, min_count: int, key: str | None = None, parent: str | None = None) -> dict:
+    """A scheduling.k8s.io/v1beta1 PodGroup (1.37), optionally under a CompositePodGroup."""
+    spec: dict = {"workloadRef": {"workloadName": "train", "templateName": "leaf"},
+                  "schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if key:
+        spec["schedulingConstraints"] = {"topology": [{"key": key}]}
+    if parent:
+        spec["parentCompositePodGroupName"] = parent
+    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def composite(name: str, groups: object, key: str | None = "example.com/spine") -> dict:
+    """A scheduling.k8s.io/v1alpha3 CompositePodGroup needing `groups` sub-groups, in one domain of `key`."""
+    spec: dict = {"workloadRef": {"workloadName": "train", "templateName": "job"},
+                  "schedulingPolicy": {"gang": {"minGroupCount": groups}}}
+    if key:
+        spec["schedulingConstraints"] = {"topology": [{"key": key}]}
+    return {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "CompositePodGroup",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def grouped(name: str, group: str, parallelism: str = "tp=8,dp=4") -> dict:
+    """An index-less member pod joining PodGroup `group` (spec.schedulingGroup only, no gang label)."""
+    pod = make_pod(name, annotations={"meshfit.io/parallelism": parallelism})
+    pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return pod
+
+
+def test_a_v1beta1_pod_group_member_without_an_index_is_a_gang_of_min_count_with_its_required_key():
+    got = identify(grouped("w-a", "pg"), ObjectStore(v1beta1_group("pg", 4, key="example.com/leaf")))
+    assert (got.gang_key, got.size, got.own_index, got.source) == ("default/pg", 4, False, "workload-api")
+    assert got.placement_key == "example.com/leaf"
+    assert got.constraint.required_level == "example.com/leaf"
+
+
+def test_a_sub_group_of_a_composite_pod_group_joins_the_composite_gang_with_the_composites_key_required():
+    store = ObjectStore(composite("job", 2), v1beta1_group("job-0", 4, "example.com/leaf", parent="job"),
+                        v1beta1_group("job-1", 4, "example.com/leaf", parent="job"))
+    first = identify(grouped("a", "job-0", "tp=8,dp=8"), store)
+    second = identify(grouped("b", "job-1", "tp=8,dp=8"), store)
+    assert first.gang_key == second.gang_key == "default/job"
+    assert first.size == 8  # minGroupCount 2 sub-groups of minCount 4
+    assert first.constraint.required_level == "example.com/spine"
+    assert first.placement_key == "example.com/spine"
+    keyless = ObjectStore(composite("job", 2, key=None), v1beta1_group("job-0", 4, "example.com/leaf", parent="job"))
+    assert identify(grouped("a", "job-0", "tp=8,dp=8"), keyless).constraint.required_level == "example.com/leaf"
+
+
+@pytest.mark.parametrize("groups,message", [(0, "minGroupCount must be an integer"),
+                                            ("2", "minGroupCount must be an integer"),
+                                            (10**6, "minGroupCount must be an integer")],
+                         ids=["zero", "string", "absurd"])
+def test_a_malformed_composite_is_a_one_line_error(groups, message):
+    store = ObjectStore(composite("job", groups), v1beta1_group("job-0", 4, parent="job"))
+    with pytest.raises(JobSpecError, match=message):
+        identify(grouped("a", "job-0"), store)
+
+
+def test_a_composite_not_seen_yet_is_an_error_and_a_basic_composite_leaves_its_sub_groups_alone():
+    with pytest.raises(JobSpecError, match="CompositePodGroup default/job .* is not known yet"):
+        identify(grouped("a", "job-0"), ObjectStore(v1beta1_group("job-0", 4, parent="job")))
+    basic = composite("job", 2)
+    basic["spec"]["schedulingPolicy"] = {"basic": {}}
+    assert identify(grouped("a", "job-0"), ObjectStore(basic, v1beta1_group("job-0", 4, parent="job"))) is None
+
+
+def test_discovery_prefers_1_37s_v1beta1_and_finds_the_composite_api(monkeypatch):
+    served = {"/apis/scheduling.k8s.io/v1beta1": ["workloads", "podgroups"],
+              "/apis/scheduling.k8s.io/v1alpha3": ["compositepodgroups", "podgroups"]}
+
+    def fake_request(client, method, path, **kwargs):
+        if path not in served:
+            raise ApiStatusError(404, "NotFound", f"{path} not found")
+        return json.dumps({"resources": [{"name": n} for n in served[path]]}).encode()
+
+    monkeypatch.setattr("scheduler.kube.discovery.request_bytes", fake_request)
+    found = {(r.group, r.plural): r.version for r in discover(object(), DEFAULT_RESOURCES)}
+    assert found[("scheduling.k8s.io", "podgroups")] == "v1beta1"
+    assert found[("scheduling.k8s.io", "workloads")] == "v1beta1"
+    assert found[("scheduling.k8s.io", "compositepodgroups")] == "v1alpha3"

@@ -1,6 +1,8 @@
 """Where the real control-plane binaries are: `$MESHFIT_K8S_BIN`, else a per-user cache, one folder per version.
 
-Binaries never live in the repository (they are built on the machine from public sources).  Lookup:
+Binaries never live in the repository: `k8sbuild/build.sh <minor>` builds them from the Go module proxy into the
+cache (`BUILD_COMMAND`).  Under `CI=true` a missing control plane fails the run (`absent`), it is never skipped.
+Lookup:
 
 1. `MESHFIT_K8S_BIN`: one folder, or several joined with `:` (one per Kubernetes version);
 2. otherwise every `<cache>/k8s/<version>/bin` under the per-user cache (`$MESHFIT_CACHE`, default
@@ -20,8 +22,11 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 BIN_ENV = "MESHFIT_K8S_BIN"
+BUILD_COMMAND = "k8sbuild/build.sh"
+"""Builds a minor's control plane (and, from 1.36, the MeshfitPlacement kube-scheduler) into the cache."""
 CACHE_ENV = "MESHFIT_CACHE"
 REQUIRED = ("kube-apiserver", "kube-scheduler")
 _VERSION = re.compile(r"v(\d+)\.(\d+)\.(\d+)")
@@ -118,4 +123,19 @@ def missing_reason(problems: list[str]) -> str:
              else f"${BIN_ENV} unset and no {cache_root() / 'k8s' / '<version>' / 'bin'}")
     detail = "; ".join(problems)
     return (f"no real Kubernetes binaries (kube-apiserver, kube-scheduler; etcd from the folder or PATH): {where}"
-            + (f" ({detail})" if detail else "") + "; build them from a Kubernetes source outside the repository")
+            + (f" ({detail})" if detail else "") + f"; build them with {BUILD_COMMAND} 1.37 (etcd: apt-get install "
+            "etcd-server)")
+
+
+def in_ci() -> bool:
+    """True under CI (`CI=true`), where a missing control plane is a failure, not a skip."""
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+def absent(reason: str) -> NoReturn:
+    """Stop a test whose real binaries are missing: a skip with `reason`, or under `CI=true` a failure in one line
+    (CI never passes by skipping the control plane)."""
+    import pytest
+    if in_ci():
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)

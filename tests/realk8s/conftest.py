@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import pytest
 
-from tests.realk8s.binaries import K8sInstall, find_installs
+from tests.realk8s.binaries import K8sInstall, absent, find_installs
 from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, missing_prerequisites
 from tests.realk8s.kueue_fixtures import kueue, kueue_objects  # noqa: F401 - fixtures: a real Kueue beside it
 
@@ -95,7 +95,7 @@ def k8s_install(request: pytest.FixtureRequest) -> K8sInstall:
     """One Kubernetes version's binaries (the suite runs once per version found); skips when there are none."""
     reason = missing_prerequisites()
     if reason or request.param is None:
-        pytest.skip(reason or "no Kubernetes binaries")
+        absent(reason or "no Kubernetes binaries")
     return request.param
 
 

@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+from tests.realk8s.binaries import absent
 from tests.realk8s.controlplane import ControlPlane
 from tests.realk8s.kueue_manager import (
     METRICS_CERTS, KueueInstall, KueueManager, find_kueue_installs, missing_kueue_reason, too_old_reason,
@@ -44,7 +45,7 @@ def kueue(request: pytest.FixtureRequest, control_plane: ControlPlane) -> KueueM
     """The Kueue manager running against the session's control plane (see the module docstring)."""
     install = request.param
     if install is None:
-        pytest.skip(missing_kueue_reason(find_kueue_installs()[1]))
+        absent(missing_kueue_reason(find_kueue_installs()[1]))
     reason = too_old_reason(control_plane, install) or _metrics_folder_problem()
     if reason:
         pytest.skip(reason)

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from tests.realk8s.binaries import BUILD_COMMAND, absent
 from tests.realk8s.cluster_builders import create_indexed_job, create_nodes, ensure_priority_class
 from tests.realk8s.scenario import meshfit_events
 from tests.realk8s.job_gangs import (
@@ -50,7 +51,8 @@ def job_options(kube) -> dict:
     Job controller drops it, so the wipe's deletes can leave them bound to node names the next test reuses."""
     plane = kube.control_plane
     if plane.controller_manager is None:
-        pytest.skip(f"no kube-controller-manager in {plane.bin_dir}: no real Job controller to recreate members")
+        absent(f"no kube-controller-manager in {plane.bin_dir}: no real Job controller to recreate members "
+               f"({BUILD_COMMAND} builds it)")
     earlier = set(plane.namespaces) - {kube.namespace}
     deadline = time.monotonic() + 60
     while left := [f"{p.metadata.namespace}/{p.metadata.name}" for p in kube.core.list_pod_for_all_namespaces().items

@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from tests.realk8s.binaries import BUILD_COMMAND, absent
 from tests.realk8s.cluster_builders import (
     LEAF_LABEL, assert_no_overcommit, create_nodes, pending_reasons, wait_for,
 )
@@ -29,7 +30,7 @@ BIND_SECONDS = 45.0
 def env(kube, kueue_objects, meshfit_scheduler, control_plane):
     """8 nodes x 8 GPUs in 2 leaves of 4 (one spine), labelled with the test's pool; meshfit + kube-scheduler."""
     if control_plane.controller_manager is None:
-        pytest.skip("no kube-controller-manager: the real Job controller creates the pods")
+        absent(f"no kube-controller-manager: the real Job controller creates the pods ({BUILD_COMMAND} builds it)")
     create_nodes(kube.core, 8, gpus=8, leaf_size=4, labels={POOL: kube.namespace})
     stack = meshfit_scheduler()
 

@@ -28,7 +28,7 @@ import yaml
 
 from scheduler.kube.api import ApiStatusError, request_bytes
 from tests.kube.kustomize_render import COMPONENTS_DIR, MANIFESTS, combination_id, combinations, identity, render
-from tests.realk8s.binaries import K8sInstall, find_installs
+from tests.realk8s.binaries import BUILD_COMMAND, K8sInstall, absent, find_installs
 from tests.realk8s.controlplane import wait_until
 from tests.realk8s.test_ha_real import get, launch_standby, replica
 from tests.realk8s.test_manifests_real import Discovery, apply, ensure_namespace
@@ -50,7 +50,7 @@ def kubectl() -> str:
     """The kubectl binary, or a skip with the reason."""
     found = find_kubectl()
     if found is None:
-        pytest.skip("no kubectl: set MESHFIT_KUBECTL or put kubectl on the PATH (Debian: kubernetes-client)")
+        absent(f"no kubectl: set MESHFIT_KUBECTL, put kubectl on the PATH or build it with {BUILD_COMMAND} 1.37")
     return found
 
 

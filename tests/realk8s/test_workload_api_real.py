@@ -3,7 +3,8 @@
 
 A control plane of its own per module (the suite's shared one runs with default gates), with the version's gates
 (`tests.realk8s.workload_api`): 1.35 serves `scheduling.k8s.io/v1alpha1` (pods carry `spec.workloadRef`), 1.36
-serves `v1alpha2` (a `Workload` and a `PodGroup`; pods carry `spec.schedulingGroup`).  kube-scheduler's in-tree
+serves `v1alpha2` (a `Workload` and a `PodGroup`; pods carry `spec.schedulingGroup`), 1.37 `v1beta1` (the same
+objects, the PodGroup naming its template by `workloadRef`; `v1alpha3` CompositePodGroups).  kube-scheduler's in-tree
 `GangScheduling` plugin holds a group's members until `minCount` exist and binds them together after Permit;
 meshfit filters and scores each member (topology, ranks, a stable index for members without one) and its
 `/bind` posts the Bindings that carry the assignment.  Each test names the API version it builds and is skipped
@@ -25,16 +26,17 @@ from tests.realk8s.conftest import _admin_client, clean_slate
 from tests.realk8s.controlplane import ControlPlane, MeshfitProcess
 from tests.realk8s.overcommit import assert_no_overcommit as no_overcommit
 from tests.realk8s.workload_api import (
-    GROUP, api_version_for, bound_count, create_member, create_v1alpha1_workload, create_v1alpha2_gang,
-    gated_plane_options, members, read_pod_group,
+    COMPOSITE_VERSION, GROUP, api_version_for, bound_count, create_member,
+    create_pod_group_gang, create_v1alpha1_workload, gated_plane_options, members, read_pod_group,
 )
 
 GPUS = 8
 V1ALPHA1 = pytest.mark.k8s_versions(every=True, min="1.35", max="1.35",
                                     why="builds scheduling.k8s.io/v1alpha1 Workloads and spec.workloadRef pods")
 V1ALPHA2 = pytest.mark.k8s_versions(every=True, min="1.36",
-                                    why="builds scheduling.k8s.io/v1alpha2 Workloads, PodGroups and "
-                                        "spec.schedulingGroup pods")
+                                    why="builds scheduling.k8s.io Workloads, PodGroups (v1alpha2 on 1.36, v1beta1 "
+                                        "from 1.37) and spec.schedulingGroup pods")
+
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +85,7 @@ def make_gang(env: Any, name: str, size: int, key: str | None = LEAF_LABEL) -> N
     if env.api == "v1alpha1":
         create_v1alpha1_workload(env, name, size)
     else:
-        create_v1alpha2_gang(env, name, size, key)
+        create_pod_group_gang(env, name, size, key, env.api)
 
 
 def add_members(env: Any, gang: str, pods: list[str], size: int, indexed: bool = False) -> None:
@@ -136,11 +138,13 @@ def leaf_of(env: Any, node: str) -> str:
 def test_the_control_plane_serves_the_version_meshfit_discovers(wl):
     """The served version is the one this Kubernetes version documents, and the other is not served."""
     client = wl.api_client
-    other = "v1alpha1" if wl.api == "v1alpha2" else "v1alpha2"
     assert "workloads" in (served_resources(client, GROUP, wl.api) or ())
-    assert served_resources(client, GROUP, other) is None
-    if wl.api == "v1alpha2":
+    for other in {"v1alpha1", "v1alpha2", "v1beta1"} - {wl.api}:
+        assert served_resources(client, GROUP, other) is None, other
+    if wl.api != "v1alpha1":
         assert "podgroups" in served_resources(client, GROUP, wl.api)
+    if wl.api == "v1beta1":
+        assert "compositepodgroups" in (served_resources(client, GROUP, COMPOSITE_VERSION) or ())
 
 
 @V1ALPHA1
@@ -201,7 +205,7 @@ def test_two_v1alpha1_workload_gangs_racing_for_one_leaf_never_leave_either_part
 def test_a_pod_group_gang_without_indexes_binds_whole_in_one_domain_of_its_key_with_ranks(wl):
     create_nodes(wl.core, 12, gpus=GPUS, leaf_size=4)  # three leaves of 4 nodes
     make_gang(wl, "pg", 4, key=LEAF_LABEL)
-    stored = read_pod_group(wl, "pg")["spec"]
+    stored = read_pod_group(wl, "pg", wl.api)["spec"]
     assert stored["schedulingConstraints"] == {"topology": [{"key": LEAF_LABEL}]}, stored  # the TAS gate kept it
     add_members(wl, "pg", ["d", "b", "c"], 4)  # no index, no gang label: spec.schedulingGroup only
     assert_none_bound_for(wl, "pg", 6.0)  # one member short of minCount

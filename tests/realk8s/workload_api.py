@@ -8,6 +8,10 @@ each version's API takes, and reads of the members (raw JSON: the Python client 
   `schedulingConstraints.topology[].key`), pods join with `spec.schedulingGroup.podGroupName`.  Gates
   `GenericWorkload`, `GangScheduling`, `TopologyAwareWorkloadScheduling` (without it the apiserver silently drops
   `schedulingConstraints`) on the apiserver and kube-scheduler.
+- 1.37 serves `v1beta1` (v1alpha2 is gone): the same Workload and PodGroup policy and constraints; a PodGroup
+  names its template with `spec.workloadRef: {workloadName, templateName}`.  Gates `GenericWorkload` (beta, off by
+  default; it now carries gang scheduling: the `GangScheduling` gate is gone) and
+  `TopologyAwareWorkloadScheduling`; `CompositePodGroup` (alpha) serves `v1alpha3` CompositePodGroups.
 """
 
 from __future__ import annotations
@@ -25,19 +29,30 @@ GROUP = "scheduling.k8s.io"
 GATES = {
     "v1alpha1": "GenericWorkload=true,GangScheduling=true",
     "v1alpha2": "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true",
+    "v1beta1": "GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true",
 }
 """API version -> the feature gates (apiserver and kube-scheduler) that serve it and its scheduling."""
 
 
+COMPOSITE_VERSION = "v1alpha3"
+"""1.37's CompositePodGroup API version (gate `CompositePodGroup`)."""
+
+
 def api_version_for(install: K8sInstall) -> str:
-    """The Workload API version a Kubernetes version serves when its gates are on (1.35: v1alpha1, 1.36+: v1alpha2)."""
+    """The Workload API version a Kubernetes version serves when its gates are on (1.35: v1alpha1, 1.36: v1alpha2,
+    1.37+: v1beta1)."""
+    if install.at_least(1, 37):
+        return "v1beta1"
     return "v1alpha2" if install.at_least(1, 36) else "v1alpha1"
 
 
 def gated_plane_options(install: K8sInstall) -> dict[str, str]:
     """`ControlPlane` keyword arguments turning the version's Workload API and in-tree gang scheduling on."""
     version = api_version_for(install)
-    return {"feature_gates": GATES[version], "runtime_config": f"{GROUP}/{version}=true"}
+    runtime = f"{GROUP}/{version}=true"
+    if version == "v1beta1":
+        runtime += f",{GROUP}/{COMPOSITE_VERSION}=true"
+    return {"feature_gates": GATES[version], "runtime_config": runtime}
 
 
 def _post(env: Any, path: str, body: dict) -> None:
@@ -51,30 +66,36 @@ def create_v1alpha1_workload(env: Any, name: str, min_count: int) -> None:
         "spec": {"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": min_count}}}]}})
 
 
-def create_v1alpha2_gang(env: Any, name: str, min_count: int, key: str | None) -> None:
-    """1.36: a Workload with a pod group template `workers` and its PodGroup `name` (gang of `min_count`, the
-    required topology `key` when given)."""
+def template_ref(api: str, workload: str, template: str) -> dict:
+    """How a PodGroup names its Workload's template: v1alpha2 `podGroupTemplateRef`, v1beta1 `workloadRef`."""
+    if api == "v1alpha2":
+        return {"podGroupTemplateRef": {"workload": {"workloadName": workload, "podGroupTemplateName": template}}}
+    return {"workloadRef": {"workloadName": workload, "templateName": template}}
+
+
+def create_pod_group_gang(env: Any, name: str, min_count: int, key: str | None, api: str = "v1alpha2") -> None:
+    """1.36 (`v1alpha2`) or 1.37 (`v1beta1`): a Workload with a pod group template `workers` and its PodGroup `name`
+    (gang of `min_count`, the required topology `key` when given)."""
     policy: dict = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
     if key:
         policy["schedulingConstraints"] = {"topology": [{"key": key}]}
-    _post(env, f"/apis/{GROUP}/v1alpha2/namespaces/{env.namespace}/workloads", {
-        "apiVersion": f"{GROUP}/v1alpha2", "kind": "Workload", "metadata": {"name": name},
+    _post(env, f"/apis/{GROUP}/{api}/namespaces/{env.namespace}/workloads", {
+        "apiVersion": f"{GROUP}/{api}", "kind": "Workload", "metadata": {"name": name},
         "spec": {"podGroupTemplates": [{"name": "workers", **policy}]}})
-    _post(env, f"/apis/{GROUP}/v1alpha2/namespaces/{env.namespace}/podgroups", {
-        "apiVersion": f"{GROUP}/v1alpha2", "kind": "PodGroup", "metadata": {"name": name},
-        "spec": {"podGroupTemplateRef": {"workload": {"workloadName": name, "podGroupTemplateName": "workers"}},
-                 **policy}})
+    _post(env, f"/apis/{GROUP}/{api}/namespaces/{env.namespace}/podgroups", {
+        "apiVersion": f"{GROUP}/{api}", "kind": "PodGroup", "metadata": {"name": name},
+        "spec": {**template_ref(api, name, "workers"), **policy}})
 
 
-def read_pod_group(env: Any, name: str) -> dict:
-    """The v1alpha2 PodGroup as the apiserver stored it."""
+def read_pod_group(env: Any, name: str, api: str = "v1alpha2") -> dict:
+    """The PodGroup as the apiserver stored it."""
     return json.loads(request_bytes(env.api_client, "GET",
-                                    f"/apis/{GROUP}/v1alpha2/namespaces/{env.namespace}/podgroups/{name}"))
+                                    f"/apis/{GROUP}/{api}/namespaces/{env.namespace}/podgroups/{name}"))
 
 
 def create_member(env: Any, gang: str, pod: str, gpus: int, parallelism: str, api: str,
                   index: int | None = None) -> None:
-    """One member pod of gang `gang`: `spec.workloadRef` (v1alpha1) or `spec.schedulingGroup` (v1alpha2); with
+    """One member pod of gang `gang`: `spec.workloadRef` (v1alpha1) or `spec.schedulingGroup` (v1alpha2, v1beta1); with
     `index` it carries `meshfit.io/pod-index`, else no index and no gang label of any kind."""
     annotations = {PARALLELISM: parallelism, **({ANNOTATION_POD_INDEX: str(index)} if index is not None else {})}
     join = ({"workloadRef": {"name": gang, "podGroup": "workers"}} if api == "v1alpha1"

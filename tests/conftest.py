@@ -72,3 +72,20 @@ def pytest_xdist_auto_num_workers(config) -> int:
     """Workers for `-n auto`: twice the usable cores, 2 to 6 (most of the suite waits on subprocesses and sockets)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(2, min(2 * cores, 6))
+
+
+# ----- CI never passes by skipping the real control plane ------------------------------------------------------
+def pytest_sessionstart(session) -> None:
+    """Under `CI=true`, a run that would collect the real-control-plane tests stops at once, in one line, when no
+    Kubernetes binaries are installed (`tests.realk8s.binaries`): it would otherwise fail each of them alike."""
+    from tests.realk8s.binaries import BUILD_COMMAND, find_installs, in_ci
+    if not in_ci() or getattr(session.config, "workerinput", None) is not None:
+        return
+    args = [str(a) for a in session.config.args] or ["tests"]
+    if not any(folder in arg or arg.rstrip("/").endswith("tests") for arg in args for folder in SERIAL_FOLDERS):
+        return
+    installs, problems = find_installs()
+    if not installs:
+        import pytest
+        pytest.exit(f"CI=true and no real Kubernetes control plane ({'; '.join(problems) or 'nothing in the cache'}): "
+                    f"build it with {BUILD_COMMAND} 1.37", returncode=1)

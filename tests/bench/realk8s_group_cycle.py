@@ -1,11 +1,12 @@
-"""kube-scheduler 1.36's group cycle, three ways, on one 1.36 control plane: the same PodGroup burst placed by
+"""kube-scheduler's group cycle (1.36, 1.37), three ways, on one control plane: the same PodGroup burst placed by
 
 1. `in-tree`: stock kube-scheduler, its `TopologyPlacementGenerator` (one placement per domain of the key);
 2. `plugin`: kube-scheduler built with `kubeplugin/` (MeshfitPlacement) + `meshfit serve --group-cycle` (gRPC);
 3. `extender`: stock kube-scheduler + `meshfit serve` as extender (the shipped profile; meshfit's direct binder
    leaves PodGroup members to kube-scheduler's `/bind`, so kube-scheduler asks meshfit to bind them).
 
-    python tests/bench/realk8s_group_cycle.py [--nodes 64] [--gangs 16] [--pods 4] [--used 0.0] [--json out.json]
+    python tests/bench/realk8s_group_cycle.py [--minor 1.37] [--nodes 64] [--gangs 16] [--pods 4] [--used 0.0]
+        [--json out.json]
 
 Each gang: a Workload + PodGroup (gang minCount = its size, required key: the leaf, or the spine for a gang
 larger than a leaf's free room can hold) and index-less pods of `--gpus-per-pod` GPUs (8) with `spec.schedulingGroup`.  `--used 0.6`
@@ -23,8 +24,9 @@ stock kube-scheduler with the same gangs and no key: the gang-scheduling-alone b
 - each bound gang's predicted step communication time under meshfit's cost model (`estimate_cost`, pod i with
   ranks i*8..i*8+7: meshfit's `meshfit.io/pod-index` when the pod has one, else the order of the pod names).
 
-Binaries: 1.36 control plane from `<cache>/k8s/1.36/bin` or `<cache>/staging/1.36/bin`; the plugin build from
-`$MESHFIT_KS_PLUGIN_BIN` or `<cache>/k8s/1.36/plugin-bin`.  A benchmark, not a test: it prints numbers.
+Binaries: the control plane of `--minor` (default: the newest that has a plugin build) and its plugin build, found
+as tests/realk8s/test_placement_plugin.py finds them (`k8sbuild/build.sh <minor>` makes both).  The Workload API
+version is the one that minor serves (1.36 `v1alpha2`, 1.37 `v1beta1`).  A benchmark, not a test: it prints numbers.
 """
 
 from __future__ import annotations
@@ -52,9 +54,8 @@ from tests.bench.realk8s_scale import (  # noqa: E402
 from tests.realk8s.cluster_builders import LEAF_LABEL, SPINE_LABEL, create_nodes  # noqa: E402
 from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, free_port  # noqa: E402
 from tests.realk8s.overcommit import raw_list  # noqa: E402
-from tests.realk8s.test_placement_plugin import (  # noqa: E402
-    GATES, GROUP, RUNTIME_CONFIG, VERSION, install_136, plugin_binary, plugin_scheduler_config,
-)
+from tests.realk8s.test_placement_plugin import BUILDS, GROUP, NO_BUILD, plugin_scheduler_config  # noqa: E402
+from tests.realk8s.workload_api import api_version_for, gated_plane_options, template_ref  # noqa: E402
 
 GPU, GPUS, LEAF_SIZE = "nvidia.com/gpu", 8, 16
 MODES = ("in-tree", "plugin", "extender")
@@ -90,20 +91,19 @@ def fill(core: CoreV1Api, nodes: list[str], used: float, seed: int) -> int:
 
 
 def create_burst(core: CoreV1Api, custom: CustomObjectsApi, ns: str, sizes: list[int], spine_from: int | None,
-                 gpus: int) -> None:
+                 gpus: int, api: str) -> None:
     """Every gang's Workload + PodGroup (no topology key when `spine_from` is None), then all members (16 threads)."""
     for g, size in enumerate(sizes):
         name = f"g{g:03d}"
         key = (SPINE_LABEL if size >= spine_from else LEAF_LABEL) if spine_from else None
         policy, constraints = {"gang": {"minCount": size}}, ({"schedulingConstraints": {"topology": [{"key": key}]}}
                                                              if key else {})
-        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "workloads", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": {"name": name},
+        custom.create_namespaced_custom_object(GROUP, api, ns, "workloads", {
+            "apiVersion": f"{GROUP}/{api}", "kind": "Workload", "metadata": {"name": name},
             "spec": {"podGroupTemplates": [{"name": "w", "schedulingPolicy": policy, **constraints}]}})
-        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "podgroups", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
-            "spec": {"podGroupTemplateRef": {"workload": {"workloadName": name, "podGroupTemplateName": "w"}},
-                     "schedulingPolicy": policy, **constraints}})
+        custom.create_namespaced_custom_object(GROUP, api, ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{api}", "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {**template_ref(api, name, "w"), "schedulingPolicy": policy, **constraints}})
     bodies = [{"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": f"g{g:03d}-{i:02d}", "labels": {"bench.meshfit.io/gang": f"g{g:03d}"},
                             "annotations": {"meshfit.io/parallelism": f"tp={gpus},dp={size}"}},
@@ -118,7 +118,7 @@ def create_burst(core: CoreV1Api, custom: CustomObjectsApi, ns: str, sizes: list
 def start_mode(plane: ControlPlane, mode: str, tag: str, qps: float | None = None) -> tuple[list, float]:
     """The processes of one mode (meshfit first, ready, where it takes part) and when kube-scheduler started."""
     processes: list = []
-    gates = [f"--feature-gates={GATES}"]
+    gates = [f"--feature-gates={plane.feature_gates}"]
     if mode not in ("in-tree", "gang-only"):
         grpc_port = free_port()
         meshfit = MeshfitProcess(plane.kubeconfig, plane.logs / f"meshfit-{tag}.log",
@@ -128,7 +128,7 @@ def start_mode(plane: ControlPlane, mode: str, tag: str, qps: float | None = Non
         processes.append(meshfit)
     if mode == "plugin":
         config = plugin_scheduler_config(plane.scheduler_kubeconfig, f"127.0.0.1:{grpc_port}")
-        binary = str(plugin_binary()[0])
+        binary = str(plane.plugin_binary)
     elif mode == "extender":
         config, binary = scheduler_config(plane, None, meshfit.url), str(plane.bin_dir / "kube-scheduler")
     else:
@@ -184,7 +184,8 @@ def run_mode(plane: ControlPlane, core: CoreV1Api, custom: CustomObjectsApi, mod
     """One mode, in a fresh namespace: burst, schedule, measure, clean up."""
     ns = namespace(core, f"{mode}-{int(time.time()) % 100000}")
     no_key = args.no_key or mode == "gang-only"
-    create_burst(core, custom, ns, sizes, None if no_key else spine_from, args.gpus_per_pod)
+    create_burst(core, custom, ns, sizes, None if no_key else spine_from, args.gpus_per_pod,
+                 api_version_for(plane.install))
     watcher = BindWatch(core, ns)
     before = api_writes(plane)
     processes, started = start_mode(plane, mode, ns, args.qps)
@@ -243,12 +244,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=180.0)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--minor", help="Kubernetes minor, e.g. 1.37 (default: the newest with a plugin build)")
     args = parser.parse_args()
-    install, why = install_136()
-    binary, why_plugin = plugin_binary()
-    if install is None or binary is None:
-        sys.exit(f"error: {why or why_plugin}")
-    plane = ControlPlane(install, feature_gates=GATES, runtime_config=RUNTIME_CONFIG).start()
+    builds = {install.minor: (install, binary) for install, binary in BUILDS}
+    if not builds or (args.minor and args.minor not in builds):
+        sys.exit(f"error: {NO_BUILD or f'no plugin build for {args.minor} (have: {sorted(builds)})'}")
+    install, binary = builds[args.minor] if args.minor else BUILDS[-1]
+    plane = ControlPlane(install, **gated_plane_options(install)).start()
+    plane.plugin_binary = binary
     results = []
     try:
         kube_config.load_kube_config(str(plane.kubeconfig))
@@ -261,7 +264,7 @@ def main() -> None:
         state.replace_all(raw_list(core, "nodes"), [], [])
         sizes = shapes(args)
         spine_from = (LEAF_SIZE // 2) if args.used else LEAF_SIZE + 1
-        print(f"# 1.36 group cycle: {args.nodes} nodes x {GPUS} GPUs, {filled} GPUs filled, {len(sizes)} gangs "
+        print(f"# {install.minor} group cycle ({api_version_for(install)}): {args.nodes} nodes x {GPUS} GPUs, {filled} GPUs filled, {len(sizes)} gangs "
               f"({sum(sizes)} pods of {args.gpus_per_pod} GPUs, sizes {sorted(set(sizes))}), kube-apiserver {install.full}", flush=True)
         for mode in args.modes.split(","):
             result = run_mode(plane, core, custom, mode, sizes, spine_from, state, args)

@@ -1,20 +1,20 @@
-"""meshfit as the 1.36 group cycle's placement brain: kube-scheduler built with the MeshfitPlacement plugin
-(`kubeplugin/`), a real 1.36 control plane, a Workload + PodGroup gang of index-less pods (issue 27, item 3).
+"""meshfit as the group cycle's placement brain: kube-scheduler built with the MeshfitPlacement plugin
+(`kubeplugin/`), a real control plane of each version that has one (1.36: `v1alpha2`, 1.37: `v1beta1`), a
+Workload + PodGroup gang of index-less pods (issue 27 item 3, issue 37 item 5).
 
 kube-scheduler runs its own PodGroup cycle (gates GenericWorkload, GangScheduling, TopologyAwareWorkloadScheduling);
 the plugin asks meshfit's gRPC `PlacePodGroup` once per cycle for the whole group's placement, pins each member to
 meshfit's node and binds it with its ranks.  meshfit posts no Binding of its own for these pods.
 
-Needs the plugin-built kube-scheduler: `$MESHFIT_KS_PLUGIN_BIN`, else `<cache>/k8s/1.36/plugin-bin/meshfit-kube-scheduler`
-(kubeplugin/README.md), and 1.36 binaries in `<cache>/k8s/1.36/bin` or `<cache>/staging/1.36/bin`.  Skips with the
-reason otherwise.
+Needs, per version, the plugin-built kube-scheduler (`k8sbuild/build.sh <minor>` writes
+`<cache>/k8s/<minor>/plugin-bin/meshfit-kube-scheduler`; `$MESHFIT_KS_PLUGIN_BIN` may name others, `:`-joined, told
+apart by `--version`) beside that version's control plane.  Without any: skipped with the reason (failed under CI).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import ssl
 import time
 import urllib.request
@@ -26,45 +26,42 @@ import pytest
 
 from scheduler.handoff.assignment import parse_assignment
 from scheduler.kube.api import request_bytes
-from tests.realk8s.binaries import K8sInstall, binary_version, cache_root
+from tests.realk8s.binaries import BUILD_COMMAND, K8sInstall, absent, binary_version, find_installs
 from tests.realk8s.cluster_builders import GPU, LEAF_LABEL, PARALLELISM, SCHEDULER_NAME, create_nodes, wait_for
 from tests.realk8s.conftest import clean_slate
 from tests.service.tls_served import client_context, make_test_pki
 from tests.realk8s.controlplane import ControlPlane, ManagedProcess, MeshfitProcess, free_port, http_ok, wait_until
+from tests.realk8s.workload_api import api_version_for, gated_plane_options, template_ref
 
 PLUGIN_ENV = "MESHFIT_KS_PLUGIN_BIN"
 PLUGIN = "MeshfitPlacement"
-GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"
-RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha2=true"
-GROUP, VERSION = "scheduling.k8s.io", "v1alpha2"
+GROUP = "scheduling.k8s.io"
 GROUP_LABEL = "test.meshfit.io/pod-group"
 GPUS = 8
 
 pytestmark = pytest.mark.realk8s
 
 
-def plugin_binary() -> tuple[Path | None, str]:
-    """(the plugin-built kube-scheduler, "") or (None, why not)."""
-    given = os.environ.get(PLUGIN_ENV)
-    path = Path(given) if given else cache_root() / "k8s" / "1.36" / "plugin-bin" / "meshfit-kube-scheduler"
-    if os.access(path, os.X_OK):
-        return path, ""
-    where = f"${PLUGIN_ENV}={given}" if given else f"${PLUGIN_ENV} unset and no {path}"
-    return None, f"no kube-scheduler built with the {PLUGIN} plugin ({where}); see kubeplugin/README.md"
-
-
-def install_136() -> tuple[K8sInstall | None, str]:
-    """The 1.36 control-plane binaries (new cache layout first, then the staging folder), or why there are none."""
-    folders = [cache_root() / "k8s" / "1.36" / "bin", cache_root() / "staging" / "1.36" / "bin"]
-    etcd = shutil.which("etcd")
-    for folder in folders:
-        if not os.access(folder / "kube-apiserver", os.X_OK):
+def plugin_builds() -> tuple[list[tuple[K8sInstall, Path]], str]:
+    """(control plane, plugin-built kube-scheduler of the same minor) for every version from 1.36 that has both,
+    oldest first; and why there are none."""
+    given = [Path(p) for p in os.environ.get(PLUGIN_ENV, "").split(os.pathsep) if p]
+    by_minor = {binary_version(p)[:2]: p for p in given if os.access(p, os.X_OK) and binary_version(p)}
+    found, looked = [], []
+    for install in find_installs()[0]:
+        if not install.at_least(1, 36):
             continue
-        version = binary_version(folder / "kube-apiserver")
-        local_etcd = folder / "etcd" if os.access(folder / "etcd", os.X_OK) else None
-        if version is not None and version[:2] == (1, 36) and (local_etcd or etcd):
-            return K8sInstall(folder, local_etcd or Path(etcd), version), ""
-    return None, f"no Kubernetes 1.36 binaries (kube-apiserver; etcd) in {' or '.join(map(str, folders))}"
+        path = by_minor.get(install.version[:2], install.bin_dir.parent / "plugin-bin" / "meshfit-kube-scheduler")
+        if os.access(path, os.X_OK):
+            found.append((install, path))
+        looked.append(str(path))
+    why = (f"no kube-scheduler built with the {PLUGIN} plugin beside a 1.36+ control plane (looked at: "
+           f"{', '.join(looked) or 'no 1.36+ control plane found'}; ${PLUGIN_ENV}={os.environ.get(PLUGIN_ENV, '')}); "
+           f"build it with {BUILD_COMMAND} 1.37")
+    return found, "" if found else why
+
+
+BUILDS, NO_BUILD = plugin_builds()
 
 
 def plugin_scheduler_config(kubeconfig: Path, endpoint: str, tls: dict | None = None) -> dict:
@@ -86,20 +83,19 @@ def plugin_scheduler_config(kubeconfig: Path, endpoint: str, tls: dict | None = 
     }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=BUILDS or [None],
+                ids=[install.test_id for install, _ in BUILDS] or ["k8s-none"])
 def plane(request: pytest.FixtureRequest) -> ControlPlane:
-    """A 1.36 control plane with the Workload API, gang and topology-aware workload scheduling on."""
-    binary, why = plugin_binary()
-    if binary is None:
-        pytest.skip(why)
-    install, why = install_136()
-    if install is None:
-        pytest.skip(why)
-    control = ControlPlane(install, feature_gates=GATES, runtime_config=RUNTIME_CONFIG)
+    """A 1.36+ control plane with the Workload API, gang and topology-aware workload scheduling on."""
+    if request.param is None:
+        absent(NO_BUILD)
+    install, binary = request.param
+    control = ControlPlane(install, **gated_plane_options(install))
     request.addfinalizer(control.stop)
     control.start()
     control.namespaces = []
     control.plugin_binary = binary
+    control.api = api_version_for(install)
     return control
 
 
@@ -140,7 +136,7 @@ def env(plane: ControlPlane, request: pytest.FixtureRequest, tmp_path: Path):
     port = free_port()
     process = ManagedProcess("kube-scheduler+meshfit", [
         str(plane.plugin_binary), f"--config={config}", "--bind-address=127.0.0.1", f"--secure-port={port}",
-        "--v=3", f"--feature-gates={GATES}"], plane.logs / f"plugin-scheduler-{kube.namespace}.log").start()
+        "--v=3", f"--feature-gates={plane.feature_gates}"], plane.logs / f"plugin-scheduler-{kube.namespace}.log").start()
     scheduler.append(process)
     kube.extra_logs.append(process)
     insecure = ssl.create_default_context()
@@ -149,6 +145,7 @@ def env(plane: ControlPlane, request: pytest.FixtureRequest, tmp_path: Path):
     kube.custom = CustomObjectsApi(kube.api_client)
     kube.scheduler_log = process.log_path
     kube.meshfit_url, kube.meshfit_context = meshfit.url, context
+    kube.api = plane.api
     return kube
 
 
@@ -156,14 +153,14 @@ def create_pod_group(kube: Any, name: str, min_count: int, key: str = LEAF_LABEL
     """A Workload with one gang template and its PodGroup (minCount, required topology `key`)."""
     policy = {"gang": {"minCount": min_count}}
     constraints = {"topology": [{"key": key}]}
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, kube.namespace, "workloads", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": {"name": name},
+    kube.custom.create_namespaced_custom_object(GROUP, kube.api, kube.namespace, "workloads", {
+        "apiVersion": f"{GROUP}/{kube.api}", "kind": "Workload", "metadata": {"name": name},
         "spec": {"podGroupTemplates": [{"name": "workers", "schedulingPolicy": policy,
                                         "schedulingConstraints": constraints}]}})
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, kube.namespace, "podgroups", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
-        "spec": {"podGroupTemplateRef": {"workload": {"workloadName": name, "podGroupTemplateName": "workers"}},
-                 "schedulingPolicy": policy, "schedulingConstraints": constraints}})
+    kube.custom.create_namespaced_custom_object(GROUP, kube.api, kube.namespace, "podgroups", {
+        "apiVersion": f"{GROUP}/{kube.api}", "kind": "PodGroup", "metadata": {"name": name},
+        "spec": {**template_ref(kube.api, name, "workers"), "schedulingPolicy": policy,
+                 "schedulingConstraints": constraints}})
 
 
 def create_members(kube: Any, group: str, count: int, parallelism: str, first: int = 0) -> None:
@@ -261,7 +258,7 @@ def test_a_pod_group_that_does_not_fit_waits_whole_with_a_reason_then_binds_whol
         time.sleep(0.5)
 
     def reason() -> str:
-        group = env.custom.get_namespaced_custom_object(GROUP, VERSION, env.namespace, "podgroups", "big")
+        group = env.custom.get_namespaced_custom_object(GROUP, env.api, env.namespace, "podgroups", "big")
         conditions = (group.get("status") or {}).get("conditions") or []
         return " ".join(c.get("message", "") for c in conditions if c.get("status") == "False")
 

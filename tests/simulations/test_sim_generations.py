@@ -69,3 +69,18 @@ def test_model_job_is_timed_from_flops_and_communication():
 def test_mfu_must_be_a_share():
     with pytest.raises(ValueError, match="mfu"):
         RuntimeModel(mfu=1.5)
+
+
+def test_candidate_gpu_block_sets_generation_figures_and_link_bandwidths(tmp_path):
+    from simulations.planner import load_candidate
+
+    path = tmp_path / "c.yaml"
+    path.write_text("preset: hgx-h100\nnodes: 2\nlinks: {spine: {bandwidth_gbps: 25}}\n"
+                    "gpu: {generation: b200, network_gbps: 100, mfu: 0.3}\n")
+    _, spec = load_candidate(path)
+    assert spec.gpu == "b200" and spec.mfu == 0.3 and dict(spec.gpu_figures) == {"network_gbps": 100}
+    assert spec.links["host"]["bandwidth_gbps"] == 900 and spec.links["nvlink"]["bandwidth_gbps"] == 900
+    assert spec.links["leaf"]["bandwidth_gbps"] == 100
+    assert spec.links["spine"]["bandwidth_gbps"] == 25  # the candidate's own link override wins
+    topo = build_cluster(spec)
+    assert spec.hardware(topo).name == "b200" and spec.hardware(topo).network_gbps == 100

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from topology.model import ClusterTopology, Node, TopologyError
+
+if TYPE_CHECKING:
+    from topology.hardware import GpuGeneration
 
 
 @dataclass
@@ -131,6 +134,21 @@ class ClusterSpec:
     links: dict[str, dict[str, float]] = field(default_factory=dict)
     seed: int = 0
     name: str = ""
+    gpu: str | None = None
+    """GPU generation (`topology.hardware.GENERATIONS`); None = the one the nodes' `nvidia.com/gpu.product` names."""
+    gpu_figures: tuple[tuple[str, float], ...] = ()
+    """Figures of that generation replaced for this cluster (`GpuGeneration.with_overrides`)."""
+    mfu: float | None = None
+    """Model FLOPs utilisation on this cluster's GPUs; None = the run's `RuntimeModel.mfu`."""
+
+    def hardware(self, topo: ClusterTopology) -> "GpuGeneration | None":
+        """The GPU generation of this cluster (with its overrides); None when nothing names a known one."""
+        from topology.hardware import DEFAULT_GENERATION, cluster_generation, get_generation
+
+        base = get_generation(self.gpu) if self.gpu else cluster_generation(n.labels for n in topo.nodes)
+        if self.gpu_figures:
+            base = (base or get_generation(DEFAULT_GENERATION)).with_overrides(dict(self.gpu_figures))
+        return base
 
     def label(self) -> str:
         """Short human name of this cluster."""

@@ -10,6 +10,13 @@ runtime on the actual layout is duration x slowdown with
 
     slowdown = (C + (1 - overlap) c) / (C + (1 - overlap) c*)  (>= 1; 1 when c* = 0).
 
+**GPU generations** (`simulations.speed.RunSpeed`).  The trace was recorded on `trace_gpu` (default `h100-sxm`);
+on a cluster of another generation (its nodes' `nvidia.com/gpu.product`, or a plan candidate's `gpu`) a job
+without a model runs its compute `r = peak(trace GPU) / peak(candidate GPU)` times as long (dense BF16 peaks of
+`topology.hardware`): C becomes `r C`, so its ideal runtime is `duration x (r C + (1 - overlap) c*) / (C + (1 -
+overlap) c*)` and its slowdown uses `r C`.  A job that gives its model and its `steps` is timed absolutely:
+`steps x (FLOPs / (GPUs x peak x mfu) + (1 - overlap) c)` (`scheduler.placement.steptime`, `mfu` 0.40 by default).
+
 **Failures.**  Each node fails after an exponential time with mean `node_mtbf_hours` (0 disables
 failures) and is repaired after an exponential time with mean `repair_hours`; each node draws from
 its own seeded stream, so every policy sees the same failures.  A job with a pod on a failed node is
@@ -63,20 +70,36 @@ class RuntimeModel:
 
     comm_fraction: float = 0.2
     overlap: float = 0.5
+    mfu: float = 0.40
+    """Share of the GPU's dense peak reached on compute, for jobs that give their model and steps."""
+    trace_gpu: str = "h100-sxm"
+    """GPU generation the trace's durations were measured on (`topology.hardware.GENERATIONS`)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.comm_fraction < 1.0:
             raise ValueError("comm fraction must be between 0 and 1 (exclusive)")
         if not 0.0 <= self.overlap < 1.0:
             raise ValueError("overlap must be in [0, 1)")
+        if not 0.0 < self.mfu <= 1.0:
+            raise ValueError("mfu must be in (0, 1]")
 
-    def slowdown(self, step_comm: float, lower_bound: float) -> float:
-        """Runtime multiplier of a layout with step communication `step_comm` vs the ideal `lower_bound`."""
+    def slowdown(self, step_comm: float, lower_bound: float, compute_scale: float = 1.0) -> float:
+        """Runtime multiplier of a layout with step communication `step_comm` vs the ideal `lower_bound`, with
+        compute per step `compute_scale` times the trace GPU's (the peak ratio of trace GPU to this GPU)."""
         if lower_bound <= 0.0:
             return 1.0
-        compute = lower_bound * (1.0 - self.comm_fraction) / self.comm_fraction
+        compute = lower_bound * (1.0 - self.comm_fraction) / self.comm_fraction * compute_scale
         exposed = 1.0 - self.overlap
         return max(1.0, (compute + exposed * step_comm) / (compute + exposed * lower_bound))
+
+    def ideal_scale(self, compute_scale: float) -> float:
+        """Ideal runtime on a GPU whose compute per step is `compute_scale` times the trace GPU's, over the
+        trace's duration: (r C + (1 - o) c*) / (C + (1 - o) c*) with C = c* (1 - f) / f (c* cancels)."""
+        if compute_scale == 1.0:
+            return 1.0
+        compute = (1.0 - self.comm_fraction) / self.comm_fraction
+        exposed = 1.0 - self.overlap
+        return (compute * compute_scale + exposed) / (compute + exposed)
 
 
 class Recovery(str, Enum):

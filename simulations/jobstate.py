@@ -21,7 +21,11 @@ class RunJob:
     order: tuple
     state: str = PENDING
     work_left: float = 0.0
-    """Ideal-placement seconds of training still to do."""
+    """Ideal-placement seconds of training still to do (on this cluster's GPUs)."""
+    ideal: float = 0.0
+    """Ideal-placement runtime of the whole job on this cluster's GPUs (`simulations.speed.RunSpeed`)."""
+    compute: float | None = None
+    """Compute seconds per step for a job timed from its model and steps; None for a trace-relative job."""
     first_start: float | None = None
     start: float = 0.0
     end: float = 0.0

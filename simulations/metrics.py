@@ -115,7 +115,7 @@ def summarize(jobs: list[RunJob], total_gpus: int, busy_gpu_seconds: float, span
 
 def jct_slowdown(rj: RunJob) -> float:
     """JCT over the ideal runtime (floored at `SLOWDOWN_FLOOR_SECONDS`), at least 1."""
-    return max(1.0, (rj.end - rj.job.submit) / max(rj.job.duration, SLOWDOWN_FLOOR_SECONDS))
+    return max(1.0, (rj.end - rj.job.submit) / max(rj.ideal, SLOWDOWN_FLOOR_SECONDS))
 
 
 def failure_metrics(jobs: list[RunJob], recovery: dict[str, int]) -> dict[str, Any]:
@@ -138,7 +138,7 @@ def details(jobs: list[RunJob], counters: dict[str, int], span: tuple[float, flo
         if rj.state != DONE:
             reasons[rj.reason or rj.state] = reasons.get(rj.reason or rj.state, 0) + 1
     hours = max(span[1] - span[0], 1e-9) / 3600.0
-    useful = sum(rj.gpus * rj.job.duration for rj in done) / 3600.0
+    useful = sum(rj.gpus * rj.ideal for rj in done) / 3600.0
     return {
         **counters,
         "makespan_hours": _round(hours),

@@ -115,10 +115,11 @@ def plot_runs(out_dir: Path, results: list[RunResult], multi_seed: bool, multi_c
 
 
 def plot_plan(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Bar charts comparing planner candidates: mean JCT, useful work, cost per useful GPU-hour."""
-    names = [row["candidate"] for row in rows]
-    metrics = [("jct_mean", "mean JCT", "seconds"), ("useful_work", "useful_work (GPUs at ideal speed)", "share 0-1"),
-               ("cost_per_useful_gpu_hour", "cost per useful GPU-hour", "price units / GPU-h")]
+    """Bar charts comparing planner candidates: time to train and cost to train side by side, mean JCT, useful work."""
+    names = [f"{row['candidate']}\n({row.get('gpu') or '?'})" for row in rows]
+    metrics = [("time_to_train_hours", "time to train (makespan)", "hours"),
+               ("cost_to_train", "cost to train (price x GPUs x time)", "price units"),
+               ("jct_mean", "mean JCT", "seconds"), ("useful_work", "useful_work (GPUs at ideal speed)", "share 0-1")]
     fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 4))
     for ax, (key, title, unit) in zip(axes, metrics):
         values = [row.get(key) or 0.0 for row in rows]

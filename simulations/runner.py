@@ -39,7 +39,8 @@ class RunSpec:
 def run_one(spec: RunSpec, workload: Workload, progress: Callable[[int, int], None] | None = None) -> RunResult:
     """Build the cluster and replay the workload under one policy."""
     topo = build_cluster(spec.cluster)
-    return Simulator(topo, workload, spec.policy, spec.config, spec.cluster.label(), progress).run()
+    return Simulator(topo, workload, spec.policy, spec.config, spec.cluster.label(), progress,
+                     spec.cluster.hardware(topo), spec.cluster.mfu).run()
 
 
 def _run_in_worker(index: int, spec: RunSpec, workload: Workload, queue: object | None) -> tuple[int, RunResult]:

@@ -132,12 +132,24 @@ def stdout_is_tty() -> bool:
     return sys.stdout.isatty()
 
 
+def _trace_gpu(name: str) -> str:
+    """`name` if it is a GPU generation meshfit knows; InputError with a did-you-mean hint otherwise."""
+    from topology.hardware import get_generation
+    from topology.model import TopologyError
+
+    try:
+        return get_generation(name).name
+    except TopologyError as exc:
+        raise InputError(f"--trace-gpu: {exc}") from None
+
+
 def base_config(seed: int, **settings: Any) -> SimConfig:
     """A `SimConfig` from CLI settings (ValueError from the models becomes InputError)."""
     from simulations.config import FailureModel, RuntimeModel
 
     try:
-        runtime = RuntimeModel(settings.pop("comm_fraction"), settings.pop("overlap"))
+        runtime = RuntimeModel(settings.pop("comm_fraction"), settings.pop("overlap"), settings.pop("mfu", 0.4),
+                               _trace_gpu(settings.pop("trace_gpu", "h100-sxm")))
         failures = FailureModel(settings.pop("node_mtbf_hours"), settings.pop("repair_hours"),
                                 settings.pop("checkpoint_minutes"), settings.pop("restart_minutes"),
                                 settings.pop("recovery", "restart"), settings.pop("spares", 0.0),

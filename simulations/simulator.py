@@ -36,7 +36,9 @@ from simulations.metrics import RunResult, details, failure_metrics, job_row, su
 from simulations.recovery import RecoveryState
 from scheduler.gangs.backfill import Reservation, reserve
 from simulations.sampling import Sampler
+from simulations.speed import RunSpeed
 from simulations.workload import Workload, kueue_slice_rule, make_gang
+from topology.hardware import GpuGeneration, cluster_generation
 from topology.model import ClusterTopology
 
 COMPLETE, FAIL, REPAIR, RECOVERED = 0, 1, 2, 3
@@ -47,7 +49,8 @@ class Simulator:
     """One policy on one cluster and workload; `run()` returns a `RunResult`."""
 
     def __init__(self, topo: ClusterTopology, workload: Workload, policy: str, config: SimConfig,
-                 cluster_name: str = "", progress: ProgressCallback | None = None) -> None:
+                 cluster_name: str = "", progress: ProgressCallback | None = None,
+                 hardware: GpuGeneration | None = None, mfu: float | None = None) -> None:
         from plugins.policies import get_policy
 
         self.topo, self.config, self.cluster_name = topo, config, cluster_name
@@ -61,6 +64,10 @@ class Simulator:
         self.jobs = [RunJob(job, make_gang(job, per_node, slices, config.max_comm_ratio),
                             ((-job.priority if priority else 0), job.submit, index), work_left=job.duration)
                      for index, job in enumerate(workload.jobs)]
+        self.hardware = hardware or cluster_generation(n.labels for n in topo.nodes)
+        self.speed = RunSpeed(config.runtime, self.hardware, topo, mfu)
+        for rj in self.jobs:
+            self.speed.prepare(rj)
         self.queue: list[RunJob] = []
         self.running_by_end: list[tuple[float, int, RunJob]] = []
         self.heap: list[tuple[float, int, int, object, int]] = []
@@ -160,7 +167,7 @@ class Simulator:
 
     def resume_job(self, rj: RunJob, cost) -> None:
         """Restart a recovered job on its repaired layout (priced by `cost`) after `restart_minutes`."""
-        slowdown = self.config.runtime.slowdown(cost.step_comm_seconds, cost.lower_bound_seconds)
+        slowdown = self.speed.stretch(rj, cost.step_comm_seconds, cost.lower_bound_seconds)
         ratio = cost.step_comm_seconds / cost.lower_bound_seconds if cost.lower_bound_seconds > 0 else 1.0
         rj.begin(self.now, rj.pod_nodes, slowdown, ratio, self.config.failures.restart_minutes * 60.0)
         self.ideal_busy += rj.gpus / max(slowdown, 1e-12)
@@ -219,7 +226,7 @@ class Simulator:
             self.failed_shapes[rj.shape] = self.epoch
             return None
         cost = placement.cost
-        slowdown = self.config.runtime.slowdown(cost.step_comm_seconds, cost.lower_bound_seconds)
+        slowdown = self.speed.stretch(rj, cost.step_comm_seconds, cost.lower_bound_seconds)
         ratio = cost.step_comm_seconds / cost.lower_bound_seconds if cost.lower_bound_seconds > 0 else 1.0
         return placement, slowdown, ratio
 

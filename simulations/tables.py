@@ -39,6 +39,9 @@ METRICS = (
 
 PLAN_METRICS = (
     Metric("gpus", "GPUs", "GPUs of the candidate"),
+    Metric("gpu", "generation", "GPU generation (topology.hardware)"),
+    Metric("time_to_train_hours", "h", "first submit to last completion"),
+    Metric("cost_to_train", "price", "price x GPUs x time to train"),
     Metric("completed", "jobs", "jobs completed"),
     Metric("throughput_jobs_per_hour", "jobs/h", "completed jobs per hour of makespan"),
     Metric("jct_mean", "s", "mean job completion time"),

@@ -11,8 +11,11 @@ distribution.  Philly-era jobs are data-parallel CNN / RNN / recommendation mode
 parallelism is `dp = GPUs`, with approximate parameter counts per model family for gradient volume.
 
 Generic CSV: header `job_id,submit_time,duration_seconds,gpus`, optional `parallelism`
-(`tp=8,pp=2,dp=4`), `model` (annotation syntax) and `priority` columns; `duration_seconds` is the
-runtime under an ideal placement.  Any problem raises `TraceError` naming the file and line.
+(`tp=8,pp=2,dp=4`), `model` (annotation syntax), `priority` and `steps` columns; `duration_seconds` is the
+runtime under an ideal placement on the trace's GPU (`--trace-gpu`, default H100 SXM).  A row with a `model` and
+`steps` is timed from its FLOPs on each cluster's GPU (`simulations.speed`); its `duration_seconds` may be left
+empty (it is then the compute-only estimate on an H100 at the default MFU, used for reports such as the sampling
+span).  Any problem raises `TraceError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from topology.textfile import read_text
 DATA_DIR = Path(__file__).parent / "data"
 QUANTILE_FILE = DATA_DIR / "philly_runtime_quantiles.csv"
 REQUIRED_COLUMNS = ("job_id", "submit_time", "duration_seconds", "gpus")
-OPTIONAL_COLUMNS = ("parallelism", "model", "priority")
+OPTIONAL_COLUMNS = ("parallelism", "model", "priority", "steps")
 PHILLY_METHOD = "per-job-type quantile matching of steps to the Philly runtime distribution"
 GAVEL_PARAMS = {
     "ResNet-18": 11.2e6, "ResNet-50": 25.6e6, "Transformer": 52e6, "LM": 66e6,
@@ -135,8 +138,10 @@ def _csv_job(row: dict[str, str], where: str) -> SimJob:
     if not job_id:
         raise TraceError(f"{where}: empty job_id")
     gpus = int(_number(row["gpus"], "gpus", where, integer=True))
-    job = SimJob(job_id, _number(row["submit_time"], "submit_time", where),
-                 _number(row["duration_seconds"], "duration_seconds", where), gpus)
+    steps_text = (row.get("steps") or "").strip()
+    duration_text = (row.get("duration_seconds") or "").strip()
+    duration = _number(duration_text, "duration_seconds", where) if duration_text or not steps_text else 0.0
+    job = SimJob(job_id, _number(row["submit_time"], "submit_time", where), duration, gpus)
     try:
         if (row.get("parallelism") or "").strip():
             job.parallelism = Parallelism.parse(row["parallelism"])
@@ -147,12 +152,29 @@ def _csv_job(row: dict[str, str], where: str) -> SimJob:
     if job.parallelism is not None and job.parallelism.world_size != gpus:
         raise TraceError(f"{where}: parallelism {job.parallelism} has world size "
                          f"{job.parallelism.world_size} but gpus is {gpus}")
+    if steps_text:
+        _set_steps(job, steps_text, where, estimate=not duration_text)
     if (row.get("priority") or "").strip():
         try:
             job.priority = int(row["priority"])
         except ValueError:
             raise TraceError(f"{where}: priority must be an integer, got {row['priority']!r}") from None
     return job
+
+
+def _set_steps(job: SimJob, text: str, where: str, estimate: bool) -> None:
+    """Give `job` its training steps (it must have a model); without a duration, estimate one on an H100."""
+    if job.model is None:
+        raise TraceError(f"{where}: steps needs a model (params, layers, hidden, seq, global-batch)")
+    job.steps = _number(text, "steps", where)
+    if estimate:
+        from scheduler.placement.steptime import StepTimeModel
+        from simulations.workload import infer_parallelism
+        from topology.hardware import DEFAULT_GENERATION, get_generation
+
+        parallelism = job.parallelism or infer_parallelism(job.gpus)
+        compute = StepTimeModel().compute_seconds(job.model, parallelism, get_generation(DEFAULT_GENERATION))
+        job.duration = job.steps * compute
 
 
 def load_csv(path: str | Path) -> Workload:
@@ -194,4 +216,5 @@ def write_csv(workload: Workload, path: str | Path) -> None:
             model_text = (f"params={model.params:g},layers={model.layers},hidden={model.hidden},seq={model.seq},"
                           f"micro-batch={model.micro_batch},global-batch={model.global_batch}") if model else ""
             writer.writerow([job.job_id, f"{job.submit:.3f}", f"{job.duration:.3f}", job.gpus,
-                             str(job.parallelism) if job.parallelism else "", model_text, job.priority])
+                             str(job.parallelism) if job.parallelism else "", model_text, job.priority,
+                             "" if job.steps is None else f"{job.steps:g}"])

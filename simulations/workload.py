@@ -42,6 +42,8 @@ class SimJob:
     model: ModelShape | None = None
     priority: int = 0
     kind: str = ""
+    steps: float | None = None
+    """Training steps, for a job timed from its model (`simulations.speed`); None = relative to `duration`."""
 
 
 @dataclass

@@ -6,6 +6,7 @@
 - `gb200-nvl72`: 4 x GB200 per node, 18 nodes per NVLink domain (`nvidia.com/gpu.clique`), leaf
   groups of 8 racks, spine groups of 4 leaf groups, core when larger; older Topograph keys
   `network.topology.nvidia.com/{leaf,spine,core}`.
+- `hgx-h200`, `hgx-b200`: the `hgx-h100` layout with 8 x H200 (NVLink 4) or 8 x B200 (NVLink 5) per node.
 - `gke-a3`: 8 x H100 (a3-megagpu-8g), `cloud.google.com/gce-topology-{block,subblock,host}`.
 - `aws-p5`: 8 x H100 (p5.48xlarge), `topology.k8s.aws/network-node-layer-{1,2,3}` (1 outermost).
 """
@@ -66,6 +67,20 @@ PRESETS: dict[str, Preset] = {
          PresetLevel(_TOPOGRAPH_NEW + "1", 128, "spine-group-{i:02d}"),
          PresetLevel(_TOPOGRAPH_NEW + "0", 32, "su-{i:03d}")),
         "hgx-h100"),
+    "hgx-h200": Preset(
+        "hgx-h200", "DGX H200 SuperPOD-like: the hgx-h100 layout with 8 x H200 141 GB per node",
+        8, "NVIDIA-H200", "dgx-h200", "amd64", "224", "2063937852Ki", "dgx-h200-{i:04d}",
+        (PresetLevel(_TOPOGRAPH_NEW + "2", 0, "core-{i}", min_nodes=128),
+         PresetLevel(_TOPOGRAPH_NEW + "1", 128, "spine-group-{i:02d}"),
+         PresetLevel(_TOPOGRAPH_NEW + "0", 32, "su-{i:03d}")),
+        "hgx-h100"),
+    "hgx-b200": Preset(
+        "hgx-b200", "DGX B200 SuperPOD-like: the hgx-h100 layout with 8 x B200 (NVLink 5) per node",
+        8, "NVIDIA-B200", "dgx-b200", "amd64", "224", "2063937852Ki", "dgx-b200-{i:04d}",
+        (PresetLevel(_TOPOGRAPH_NEW + "2", 0, "core-{i}", min_nodes=128),
+         PresetLevel(_TOPOGRAPH_NEW + "1", 128, "spine-group-{i:02d}"),
+         PresetLevel(_TOPOGRAPH_NEW + "0", 32, "su-{i:03d}")),
+        "hgx-b200"),
     "gb200-nvl72": Preset(
         "gb200-nvl72", "GB200 NVL72 racks: 18 x 4-GPU trays per NVLink domain, 8-rack leaf groups",
         4, "NVIDIA-GB200", "gb200-nvl72-tray", "arm64", "144", "899653280Ki", "gb200-r{rack:03d}-n{slot:02d}",

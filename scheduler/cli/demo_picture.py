@@ -3,7 +3,10 @@
 Each panel is the cluster's tree (outermost level at the top, hosts at the bottom, one box per domain).  A host
 shows its GPUs as cells: grey for GPUs other pods hold, white for free ones, and the job's ranks coloured by
 tensor-parallel group with the rank number written in.  A red dashed line joins the GPUs of a tensor-parallel
-group that spans hosts (its all-reduce leaves NVLink).  Drawn with matplotlib's Agg backend (no display needed).
+group that spans hosts (its all-reduce leaves NVLink); every other parallel axis with a degree above one gets its
+own line style (pipeline: blue dotted, data: green dash-dot, context and expert: purple and brown), so each
+policy's cross-host groups of every kind show, and each panel's legend counts them per axis (and how many of
+them leave their leaf).  Drawn with matplotlib's Agg backend (no display needed).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ USED_COLOUR, FREE_COLOUR = "#b0b0b0", "#ffffff"
 """Cell colours of GPUs other pods hold and of free GPUs."""
 HOST_WIDTH, LEVEL_GAP = 1.0, 1.6
 """Width of a host box and height between tree levels, in plot units."""
+AXIS_STYLES = {"tp": ("#d62728", "--"), "cp": ("#9467bd", (0, (5, 1, 1, 1))), "ep": ("#8c564b", (0, (1, 2))),
+               "pp": ("#1f77b4", ":"), "dp": ("#2ca02c", "-.")}
+"""Colour and line style of the lines joining a cross-host group's GPUs, per parallel axis."""
 
 
 def _host_order(topo: Any) -> list[int]:
@@ -63,11 +69,46 @@ def _tp_group(placement: Any, rank: int) -> int:
 
 
 def _tp_groups(placement: Any) -> list[list[int]]:
+    return axis_groups_of(placement, "tp")
+
+
+def axis_groups_of(placement: Any, axis: str) -> list[list[int]]:
+    """The process groups of `axis`: ranks that share every other coordinate, each sorted."""
     groups: dict[tuple, list[int]] = {}
     for info in placement.ranks:
-        key = tuple(sorted((axis, value) for axis, value in info.coords.items() if axis != "tp"))
+        key = tuple(sorted((other, value) for other, value in info.coords.items() if other != axis))
         groups.setdefault(key, []).append(info.rank)
-    return sorted(groups.values())
+    return sorted(sorted(group) for group in groups.values())
+
+
+def _leaf_of(topo: Any, node_index: int) -> int:
+    """Domain id of the node's outermost-but-host-most fabric level (its leaf), or -1 without levels."""
+    path = topo.nodes[node_index].path
+    fabric = [level for level, spec in enumerate(topo.levels) if level < topo.host_level
+              and getattr(spec, "role", "") not in ("nvlink",)]
+    return int(path[fabric[-1]]) if fabric else -1
+
+
+def _draw_axis_groups(ax: Any, topo: Any, placement: Any, centres: dict[int, tuple[float, float, int]]) -> list[str]:
+    """Join the GPUs of every cross-host group, axis by axis; legend lines `axis: N groups across hosts`."""
+    labels = []
+    axes = [axis for axis in AXIS_STYLES if placement.gang.parallelism.degree(axis) > 1]
+    for offset, axis in enumerate(axes):
+        colour, style = AXIS_STYLES[axis]
+        crossing = leaving = 0
+        for group in axis_groups_of(placement, axis):
+            spots = [centres[r] for r in group if r in centres]
+            nodes = {node for _, _, node in spots}
+            if len(nodes) < 2:
+                continue
+            crossing += 1
+            leaving += len({_leaf_of(topo, node) for node in nodes}) > 1
+            shift = 0.03 * (offset - (len(axes) - 1) / 2)
+            ax.plot([s[0] for s in spots], [s[1] + shift for s in spots], color=colour, lw=1.4, ls=style)
+        leaf = f", {leaving} across leaves" if leaving else ""
+        labels.append(f"{axis}: {crossing} group{'s' if crossing != 1 else ''} across hosts{leaf}")
+        ax.plot([], [], color=colour, ls=style, lw=1.4, label=labels[-1])
+    return labels
 
 
 def _host_box(topo: Any) -> tuple[float, float, float]:
@@ -118,11 +159,8 @@ def _draw_panel(ax: Any, topo: Any, name: str, placement: Any, colours: Any) -> 
                 ax.text(cx + size * 0.45, cy + size * 0.45, str(cell), ha="center", va="center", fontsize=6,
                         color="white", fontweight="bold")
                 centres[cell] = (cx + size * 0.45, cy + size * 0.45, node_index)
-    if placement.placed:
-        for group in _tp_groups(placement):
-            spots = [centres[r] for r in group if r in centres]
-            if len({node for _, _, node in spots}) > 1:
-                ax.plot([s[0] for s in spots], [s[1] for s in spots], color="#d62728", lw=1.4, ls="--")
+    if placement.placed and _draw_axis_groups(ax, topo, placement, centres):
+        ax.legend(loc="upper right", fontsize=7, frameon=True, title="cross-host groups", title_fontsize=7)
     ax.set_title(_panel_title(name, placement), fontsize=9, loc="left")
     ax.set_xlim(min(host_x.values()) - 1.2, max(host_x.values()) + 1.2)
     ax.set_ylim(bottom - 0.3, level_y[0] + 0.5)
@@ -152,9 +190,10 @@ def write_picture(topo: Any, placements: dict[str, Any], path: Path) -> None:
         for ax, (name, placement) in zip(axes[:, 0], placements.items()):
             _draw_panel(ax, topo, name, placement, colours)
         figure.suptitle("the job's ranks on the topology tree, one panel per policy\ngrey: GPUs other pods hold; "
-                        "white: free; numbered colours: the job's ranks, one colour per tensor-parallel group; "
-                        "red dashes: a group split across hosts; red boxes: hosts the job uses", fontsize=9)
-        figure.tight_layout(rect=(0, 0, 1, 0.93))
+                        "white: free; numbered colours: the job's ranks, one colour per tensor-parallel group;\n"
+                        "lines: groups split across hosts (red dashes tp, blue dots pp, green dash-dots dp); "
+                        "red boxes: hosts the job uses", fontsize=9)
+        figure.tight_layout(rect=(0, 0, 1, 0.91))
         figure.savefig(path, dpi=110, format="png")  # PNG whatever the file is called
     finally:
         plt.close(figure)

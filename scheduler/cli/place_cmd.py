@@ -151,6 +151,7 @@ def place_command(
     output: OutputFormat = OutputOption,
 ) -> None:
     """Place a job's whole gang (or nothing) and print its rank layout and predicted step cost."""
+    from scheduler.cli.place_tie import tie_line
     from scheduler.cli.place_warnings import job_warnings
     from scheduler.handoff.manifests import gang_from_manifest, read_manifest
     from scheduler.placement.engine import place
@@ -178,6 +179,9 @@ def place_command(
     else:
         if placement.placed:
             render_table(placement)
+            line = tie_line(gang, topo, placement)
+            if line:
+                console.print(line, soft_wrap=True)
         else:
             console.print(f"[bold]{gang.key}[/bold] unschedulable by {placement.policy}: {placement.reason}")
         if report is not None:

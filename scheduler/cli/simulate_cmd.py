@@ -20,8 +20,10 @@ RUNTIME_HELP = "Runtime model: share of raw step time that is communication at t
 def _settings(backfill: Backfill, queue: QueueOrder, comm_fraction: float, overlap: float, mtbf: float,
               repair: float, checkpoint: float, restart: float, horizon: float | None,
               kueue_slices: KueueSlices = KueueSlices.auto, max_comm_ratio: float | None = None,
-              recovery: Recovery = Recovery.restart, spares: float = 0.0, replace: float = 3.0) -> dict:
+              recovery: Recovery = Recovery.restart, spares: float = 0.0, replace: float = 3.0,
+              trace_gpu: str = "h100-sxm", mfu: float = 0.4) -> dict:
     return {"backfill": backfill, "queue": queue, "comm_fraction": comm_fraction, "overlap": overlap,
+            "trace_gpu": trace_gpu, "mfu": mfu,
             "node_mtbf_hours": mtbf, "repair_hours": repair, "checkpoint_minutes": checkpoint,
             "restart_minutes": restart, "horizon_hours": horizon, "kueue_slices": kueue_slices,
             "max_comm_ratio": max_comm_ratio, "recovery": recovery, "spares": spares, "replace_minutes": replace}
@@ -31,6 +33,10 @@ BackfillOption = typer.Option(Backfill.easy, "--backfill", help="easy (reserve t
 QueueOption = typer.Option(QueueOrder.fifo, "--queue", help="Queue order: fifo or priority.")
 CommOption = typer.Option(0.2, "--comm-fraction", help=RUNTIME_HELP)
 OverlapOption = typer.Option(0.5, "--overlap", help="Share of communication hidden behind compute.")
+TraceGpuOption = typer.Option("h100-sxm", "--trace-gpu",
+                              help="GPU generation the trace's durations were measured on (h100-sxm, h200, b200, "
+                                   "gb200); other clusters' GPUs run trace jobs faster or slower by the peak ratio.")
+MfuOption = typer.Option(0.4, "--mfu", help="Model FLOPs utilisation for jobs that give their model and steps.")
 MtbfOption = typer.Option(0.0, "--node-mtbf-hours", "--mtbf-hours",
                           help="Mean time between failures per node (0 = none).")
 RepairOption = typer.Option(4.0, "--repair-hours", help="Mean node repair time.")
@@ -74,6 +80,7 @@ def simulate_command(
     seed: list[int] = typer.Option([0], "--seed", help="Seed (repeatable: a sweep over seeds)."),
     backfill: Backfill = BackfillOption, queue: QueueOrder = QueueOption,
     comm_fraction: float = CommOption, overlap: float = OverlapOption,
+    trace_gpu: str = TraceGpuOption, mfu: float = MfuOption,
     node_mtbf_hours: float = MtbfOption, repair_hours: float = RepairOption,
     checkpoint_minutes: float = CheckpointOption, restart_minutes: float = RestartOption,
     recovery: Recovery = RecoveryOption, spares: float = SparesOption, replace_minutes: float = ReplaceOption,
@@ -110,7 +117,7 @@ def simulate_command(
         config = session.base_config(seed[0], **_settings(backfill, queue, comm_fraction, overlap, node_mtbf_hours,
                                                           repair_hours, checkpoint_minutes, restart_minutes,
                                                           horizon_hours, kueue_slices, max_comm_ratio,
-                                                          recovery, spares, replace_minutes))
+                                                          recovery, spares, replace_minutes, trace_gpu, mfu))
         specs = sweep_specs([spec], policies, list(dict.fromkeys(seed)), config)
         show = output == OutputFormat.table and session.stdout_is_tty()
         results, wall = session.execute(specs, workload, workers, dask, show)
@@ -150,13 +157,14 @@ def plan_command(
     seed: int = typer.Option(0, "--seed", help="Seed."),
     backfill: Backfill = BackfillOption, queue: QueueOrder = QueueOption,
     node_mtbf_hours: float = MtbfOption,
+    trace_gpu: str = TraceGpuOption, mfu: float = MfuOption,
     workers: int | None = WorkersOption, dask: str | None = DaskOption,
     out: Path | None = typer.Option(None, "--out-dir", "--out",
                                     help="Directory for plan.json and plots; a new or empty folder."),
     overwrite: bool = OverwriteOption,
     output: OutputFormat = OutputOption,
 ) -> None:
-    """Compare candidate topologies on the same workload; print them ranked (cost, else mean JCT)."""
+    """Compare candidate topologies on the same workload; print them ranked (cost to train, else time to train)."""
     from simulations import session
     from simulations.planner import run_plan
     from simulations.outdir import prepare_out_dir
@@ -167,7 +175,8 @@ def plan_command(
             prepare_out_dir(out, overwrite)
         document = run_plan(candidate, workload_file, synthetic, load, arrival_scale, policy,
                             session.base_config(seed, **_settings(backfill, queue, 0.2, 0.5, node_mtbf_hours,
-                                                                  4.0, 30.0, 5.0, None)),
+                                                                  4.0, 30.0, 5.0, None, trace_gpu=trace_gpu,
+                                                                  mfu=mfu)),
                             workers, dask, out, show_progress=output == OutputFormat.table and session.stdout_is_tty())
     except (session.InputError, OSError) as exc:
         fail(str(exc))

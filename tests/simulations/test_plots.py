@@ -43,8 +43,8 @@ def test_every_plot_has_a_title_and_axis_units(tmp_path, figures):
     _, result = simulate(make_workload(), "first-fit")
     twin = simulate(make_workload(), "kueue-tas")[1]
     plots.plot_runs(tmp_path, [result, twin], multi_seed=False)
-    plots.plot_plan(tmp_path / "plan.png", [{"candidate": "a", "jct_mean": 10.0, "useful_work": 0.5,
-                                             "cost_per_useful_gpu_hour": 2.0}])
+    plots.plot_plan(tmp_path / "plan.png", [{"candidate": "a", "gpu": "h100-sxm", "time_to_train_hours": 2.0,
+                                             "cost_to_train": 40.0, "jct_mean": 10.0, "useful_work": 0.5}])
     assert [path.name for _, path in figures] == ["jct_cdf.png", "gpu_allocation.png", "useful_work.png",
                                                   "queue_length.png", "plan.png"]
     for fig, path in figures:
@@ -52,7 +52,7 @@ def test_every_plot_has_a_title_and_axis_units(tmp_path, figures):
             assert ax.get_title() and ax.get_ylabel(), path.name
     assert "(s" in figures[0][0].axes[0].get_xlabel()
     assert all(fig.axes[0].get_xlabel() == "simulated time (h)" for fig, _ in figures[1:4])
-    assert [ax.get_ylabel() for ax in figures[4][0].axes] == ["seconds", "share 0-1", "price units / GPU-h"]
+    assert [ax.get_ylabel() for ax in figures[4][0].axes] == ["hours", "price units", "seconds", "share 0-1"]
     assert figures[1][0].axes[0].get_title().startswith("gpu_allocation:")
     useful_axes = figures[2][0].axes[0]
     assert useful_axes.get_title().startswith("useful_work:")

@@ -75,18 +75,27 @@ def test_plan_ranks_candidates_by_cost(tmp_path):
                     "--policy", "first-fit", "--out-dir", str(tmp_path / "plan"), "-o", "json", "--workers", "1")
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    assert document["ranked_by"] == "cost_per_useful_gpu_hour"
+    assert document["ranked_by"] == "cost_to_train"
     assert [row["rank"] for row in document["candidates"]] == [1, 2]
-    costs = [row["cost_per_useful_gpu_hour"] for row in document["candidates"]]
+    costs = [row["cost_to_train"] for row in document["candidates"]]
     assert costs == sorted(costs)
+    rows = {row["candidate"]: row for row in document["candidates"]}
+    assert rows["hgx-4to1"]["gpu"] == "h100-sxm" and rows["gb200"]["gpu"] == "gb200"
+    for row in rows.values():
+        assert row["cost_to_train"] == pytest.approx(row["price_per_gpu_hour"] * row["gpus"]
+                                                     * row["time_to_train_hours"], rel=1e-3)
     assert (tmp_path / "plan" / "plan.png").exists()
 
 
 @pytest.mark.parametrize("body,message", [("preset: hgx-h100\n", "nodes must be at least 1"),
                                           ("preset: nope\nnodes: 2\n", "unknown preset"),
                                           ("nodes: [\n", "not valid YAML"),
-                                          ("preset: hgx-h100\nnodes: 2\nlinks: {spine: {speed: 1}}\n", "speed")],
-                         ids=["no-nodes", "bad-preset", "bad-yaml", "bad-link"])
+                                          ("preset: hgx-h100\nnodes: 2\nlinks: {spine: {speed: 1}}\n", "speed"),
+                                          ("preset: hgx-h100\nnodes: 2\ngpu: {generation: gb20}\n",
+                                           "did you mean 'gb200'"),
+                                          ("preset: hgx-h100\nnodes: 2\ngpu: {dense_tflops: 9}\n",
+                                           "did you mean 'dense_bf16_tflops'")],
+                         ids=["no-nodes", "bad-preset", "bad-yaml", "bad-link", "bad-gpu", "gpu-key-typo"])
 def test_plan_bad_candidate_exits_2(tmp_path, body, message):
     result = invoke("plan", "--candidate", write_candidate(tmp_path, "c", body), "--synthetic", "5")
     assert result.exit_code == 2

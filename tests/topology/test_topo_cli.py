@@ -86,7 +86,7 @@ def test_export_graphml_and_dot(generated, tmp_path):
 def test_presets_json_lists_all_presets():
     result = invoke("cluster", "presets", "-o", "json")
     names = [p["name"] for p in json.loads(result.stdout)["presets"]]
-    assert names == ["hgx-h100", "gb200-nvl72", "gke-a3", "aws-p5"]
+    assert names == ["hgx-h100", "hgx-h200", "hgx-b200", "gb200-nvl72", "gke-a3", "aws-p5"]
 
 
 ERROR_CASES = [

@@ -1,6 +1,7 @@
 """A real Kueue manager run against the loopback control plane (../shared/k8s/KUEUE.md), for tests.
 
-No Kueue binary ships with the repository.  Lookup, like the Kubernetes binaries':
+No Kueue binary ships with the repository (`k8sbuild/build_kueue.sh` builds one from its Go module into the cache).
+Lookup, like the Kubernetes binaries':
 
 1. `MESHFIT_KUEUE_BIN`: a folder holding the `kueue` manager binary (or the binary itself), several
    joined with `:`; its source tree's `config/` is `$MESHFIT_KUEUE_CONFIG`, else `<folder>/../config`;
@@ -103,7 +104,7 @@ def missing_kueue_reason(problems: list[str]) -> str:
     where = (f"${KUEUE_BIN_ENV}={os.environ[KUEUE_BIN_ENV]}" if os.environ.get(KUEUE_BIN_ENV)
              else f"${KUEUE_BIN_ENV} unset and no {cache_root() / 'kueue' / '<version>' / 'bin' / 'kueue'}")
     return (f"no Kueue manager binary: {where}" + (f" ({'; '.join(problems)})" if problems else "")
-            + "; build cmd/kueue from a Kueue source tree outside the repository")
+            + "; build it with k8sbuild/build_kueue.sh (Kueue v0.19.2 from its Go module)")
 
 
 def too_old_reason(plane: ControlPlane, install: KueueInstall) -> str | None:

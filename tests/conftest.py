@@ -72,3 +72,14 @@ def pytest_xdist_auto_num_workers(config) -> int:
     """Workers for `-n auto`: twice the usable cores, 2 to 6 (most of the suite waits on subprocesses and sockets)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(2, min(2 * cores, 6))
+
+
+# ----- the end of a run: one line of skip reasons (pytest shows them only with -rs) ------------------------------
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """Print the skip reasons grouped into short categories with counts (tests/skip_summary.py), on one line."""
+    from tests.skip_summary import SkipSummary, missing_supported_minors, reason_of
+
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if getattr(r, "longrepr", None) is not None]
+    line = SkipSummary(missing_supported_minors).add(reason_of(r.longrepr) for r in skipped).line()
+    if line:
+        terminalreporter.write_line(line)

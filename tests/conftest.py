@@ -89,3 +89,14 @@ def pytest_sessionstart(session) -> None:
         import pytest
         pytest.exit(f"CI=true and no real Kubernetes control plane ({'; '.join(problems) or 'nothing in the cache'}): "
                     f"build it with {BUILD_COMMAND} 1.37", returncode=1)
+
+
+# ----- the end of a run: one line of skip reasons (pytest shows them only with -rs) ------------------------------
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """Print the skip reasons grouped into short categories with counts (tests/skip_summary.py), on one line."""
+    from tests.skip_summary import SkipSummary, missing_supported_minors, reason_of
+
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if getattr(r, "longrepr", None) is not None]
+    line = SkipSummary(missing_supported_minors).add(reason_of(r.longrepr) for r in skipped).line()
+    if line:
+        terminalreporter.write_line(line)

@@ -101,8 +101,11 @@ def _source(url: Optional[str], kubeconfig: Optional[Path], context: Optional[st
             all_namespaces: bool, timeout: float, scheduler_name: str) -> tuple[Callable[[], list[dict]], bool]:
     """(fetch the rows, whether they span namespaces) for the chosen source and namespaces."""
     if url:
+        from scheduler.cli.service_url import service_url
+
+        base = service_url(url)
         scope = None if all_namespaces or namespace is None else namespace
-        return (lambda: in_namespace(fetch_gangs(url, timeout), scope)), scope is None
+        return (lambda: in_namespace(fetch_gangs(base, timeout), scope)), scope is None
     from scheduler.cli.gangs_direct import gang_rows, load_api_client, read_cluster
 
     api_client, context_namespace = load_api_client(kubeconfig, context)
@@ -135,7 +138,8 @@ def register(app: typer.Typer) -> None:
         watch_flag: bool = typer.Option(False, "-w", "--watch", help="Keep watching; print again on every change."),
         interval: float = typer.Option(2.0, "--interval", help="Seconds between refreshes with --watch."),
         url: Optional[str] = typer.Option(None, "--url", help="Ask a running meshfit serve (GET /gangs) instead "
-                                                              "of reading the cluster, e.g. http://127.0.0.1:8888."),
+                                                              "of reading the cluster, e.g. http://127.0.0.1:8888 "
+                                                              "(no scheme: http)."),
         kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="Kubeconfig file (default: "
                                                                              "$KUBECONFIG, ~/.kube/config)."),
         context: Optional[str] = typer.Option(None, "--context", help="Kubeconfig context."),

@@ -153,22 +153,27 @@ def place_command(
     """Place a job's whole gang (or nothing) and print its rank layout and predicted step cost."""
     from scheduler.cli.place_tie import tie_line
     from scheduler.cli.place_warnings import job_warnings
-    from scheduler.handoff.manifests import gang_from_manifest, read_manifest
+    from scheduler.handoff.manifests import in_file, read_job
     from scheduler.placement.engine import place
+    from scheduler.placement.level_check import check_levels
 
     try:
-        manifest = read_manifest(job)
-        gang = gang_from_manifest(manifest)
+        manifest, gang = read_job(job)
     except JobSpecError as exc:
         fail(str(exc))
     topo = _load_cluster(cluster, config)
+    try:
+        gang, level_warnings = check_levels(gang, topo)
+    except JobSpecError as exc:
+        fail(in_file(job, str(exc)))
     try:
         _check_policy_limits(policy, gang, topo)
         placement = place(gang, topo, policy)
         report = _report(gang, topo, policy, placement) if explain_flag else None
     except (JobSpecError, ValueError) as exc:
         fail(str(exc))
-    warnings = job_warnings(manifest)  # only once the input is good: bad input stays one line
+    # only once the input is good: bad input stays one line
+    warnings = [in_file(job, w) for w in level_warnings] + job_warnings(manifest)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if output != OutputFormat.table:

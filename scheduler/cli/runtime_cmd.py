@@ -156,14 +156,22 @@ def _place_trainable(job: Path, cluster: Path, policy: str, seed: int):
     from plugins.handoffs.local_runtime.model import ModelConfig
     from scheduler.cli.common import EXIT_UNSCHEDULABLE
     from scheduler.cli.place_cmd import _load_cluster
-    from scheduler.handoff.manifests import load_job
+    from scheduler.handoff.manifests import in_file, load_job
     from scheduler.placement.engine import place
     from scheduler.placement.jobs import JobSpecError
+    from scheduler.placement.level_check import check_levels
 
     try:
         gang = load_job(job)
         ModelConfig.for_parallelism(gang.parallelism, seed)
-        placement = place(gang, _load_cluster(cluster, None), policy)
+        topo = _load_cluster(cluster, None)
+        try:
+            gang, level_warnings = check_levels(gang, topo)
+        except JobSpecError as exc:
+            raise JobSpecError(in_file(job, str(exc))) from None
+        for warning in level_warnings:
+            print(f"warning: {in_file(job, warning)}", file=sys.stderr)
+        placement = place(gang, topo, policy)
     except (JobSpecError, ValueError, RuntimeUnavailable) as exc:
         fail(f"{exc} (meshfit place lays out and prices any layout)" if isinstance(exc, RuntimeUnavailable)
              else str(exc))

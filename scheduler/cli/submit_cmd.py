@@ -194,7 +194,12 @@ def submit_command(
     nodes = _cluster_nodes(cluster)  # before any warning: a bad file is one line
     for warning in job_warnings(manifest):
         print(f"warning: {warning}", file=sys.stderr)
-    calls = ExtenderCalls(url)
+    from scheduler.cli.service_url import service_url
+
+    try:
+        calls = ExtenderCalls(service_url(url))
+    except ValueError as exc:
+        fail(str(exc))
     try:
         calls.wait_healthy(wait)
     except ServiceError as exc:

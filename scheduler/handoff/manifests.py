@@ -32,7 +32,21 @@ KNOWN_KEYS = (ANNOTATION_PARALLELISM, ANNOTATION_RANK_ORDER, ANNOTATION_MODEL, A
 
 def load_job(path: str | Path) -> Gang:
     """Read a YAML/JSON file holding exactly one job manifest and return its validated gang."""
-    return gang_from_manifest(read_manifest(path))
+    return read_job(path)[1]
+
+
+def read_job(path: str | Path) -> tuple[dict[str, Any], Gang]:
+    """The one job manifest a file holds and its validated gang; every JobSpecError names the file."""
+    manifest = read_manifest(path)
+    try:
+        return manifest, gang_from_manifest(manifest)
+    except JobSpecError as exc:
+        raise JobSpecError(in_file(path, str(exc))) from None
+
+
+def in_file(path: str | Path, message: str) -> str:
+    """`message` with the file's name in front (unless it already starts with it)."""
+    return message if message.startswith(str(path)) else f"{path}: {message}"
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:

@@ -64,10 +64,18 @@ def resolve_level(topo: ClusterTopology, name: str) -> int:
 
 
 def constraint_levels(gang: Gang, topo: ClusterTopology) -> tuple[int | None, int | None]:
-    """(required level index, preferred level index) of the gang's constraint, None where absent."""
+    """(required level index, preferred level index) of the gang's constraint, None where absent.
+
+    TopologyError for a required level the cluster lacks; a preferred one it lacks is only a preference, so it
+    counts as absent (the CLI warns about it: `scheduler.placement.level_check`)."""
     constraint = gang.constraint
     required = resolve_level(topo, constraint.required_level) if constraint.required_level else None
-    preferred = resolve_level(topo, constraint.preferred_level) if constraint.preferred_level else None
+    preferred = None
+    if constraint.preferred_level:
+        try:
+            preferred = resolve_level(topo, constraint.preferred_level)
+        except TopologyError:
+            preferred = None
     return required, preferred
 
 

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from topology.strict import did_you_mean
+
 AXES = ("tp", "cp", "ep", "pp", "dp")
 """Parallel axes meshfit knows, in the canonical order used in JSON output."""
 
@@ -92,7 +94,8 @@ class Parallelism:
         pairs = parse_key_values(text, ANNOTATION_PARALLELISM)
         unknown = sorted(set(pairs) - set(AXES))
         if unknown:
-            raise JobSpecError(f"{ANNOTATION_PARALLELISM}: unknown axis {unknown[0]!r} (known: {', '.join(AXES)})")
+            raise JobSpecError(f"{ANNOTATION_PARALLELISM}: unknown axis {unknown[0]!r}"
+                               f"{did_you_mean(unknown[0], AXES)} (known: {', '.join(AXES)})")
         par = cls(**{k: _positive_int(v, f"{ANNOTATION_PARALLELISM} {k}") for k, v in pairs.items()})
         if par.world_size > MAX_WORLD_SIZE:
             raise JobSpecError(f"{ANNOTATION_PARALLELISM}: world size {par.world_size} ({text!r}) is above "
@@ -126,7 +129,8 @@ def parse_rank_order(text: str) -> tuple[str, ...]:
     names = [p.strip().lower() for p in text.replace(",", "-").split("-") if p.strip()]
     unknown = [n for n in names if n not in AXES]
     if unknown:
-        raise JobSpecError(f"{ANNOTATION_RANK_ORDER}: unknown axis {unknown[0]!r} in {text!r}")
+        raise JobSpecError(f"{ANNOTATION_RANK_ORDER}: unknown axis {unknown[0]!r} in {text!r}"
+                           f"{did_you_mean(unknown[0], AXES)} (known: {', '.join(AXES)})")
     if len(set(names)) != len(names):
         raise JobSpecError(f"{ANNOTATION_RANK_ORDER}: repeated axis in {text!r}")
     return tuple(names + [a for a in AXES if a not in names])
@@ -154,6 +158,8 @@ class ModelShape:
              "micro-batch": "micro_batch", "micro_batch": "micro_batch",
              "global-batch": "global_batch", "global_batch": "global_batch",
              "moe-topk": "moe_topk", "topk": "moe_topk", "dtype-bytes": "dtype_bytes"}
+    KNOWN_KEYS = ("params", "layers", "hidden", "seq", "micro-batch", "global-batch", "moe-topk", "dtype-bytes")
+    """The keys of `meshfit.io/model` as documented (`_KEYS` also takes the underscore spellings and `topk`)."""
 
     @classmethod
     def parse(cls, text: str) -> "ModelShape":
@@ -162,7 +168,8 @@ class ModelShape:
         for key, value in parse_key_values(text, ANNOTATION_MODEL).items():
             attr = cls._KEYS.get(key)
             if attr is None:
-                raise JobSpecError(f"{ANNOTATION_MODEL}: unknown key {key!r}")
+                raise JobSpecError(f"{ANNOTATION_MODEL}: unknown key {key!r}{did_you_mean(key, cls._KEYS)} "
+                                   f"(known: {', '.join(cls.KNOWN_KEYS)})")
             if attr == "params":
                 try:
                     values[attr] = float(value)

@@ -293,6 +293,7 @@ def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callabl
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await run_in_threadpool(scheduler.rank_tables.wait_idle, SHUTDOWN_PUBLISH_SECONDS)
+            await run_in_threadpool(scheduler.shutdown)  # no wake-up, Binding or action runs after the service
 
     calls = verb_calls(scheduler, metrics)
     async def internal_error(_: Request, __: Exception) -> Response:  # logged by FastVerbs, which sees it re-raised

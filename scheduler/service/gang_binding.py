@@ -81,6 +81,8 @@ class GangBinding(GangNominations, BindingPosts, MemberVacancies):
         self._nominations = None if synchronous else ThreadPoolExecutor(NOMINATION_WORKERS,
                                                                         thread_name_prefix="meshfit-nominate")
         self._waker = None if synchronous else Waker(self._wake)
+        self.closed = False
+        """True once `shutdown` ran: wake-ups start nothing."""
         self.in_flight: dict[str, Future] = {}
         """Pod uid -> the outcome ("" or an error text) of the Binding this binder is posting for it."""
         self.in_flight_requests: dict[str, dict[str, Any]] = {}
@@ -344,7 +346,8 @@ class GangBinding(GangNominations, BindingPosts, MemberVacancies):
 
     def _wake(self, gang_key: str) -> None:
         with self.state.lock:
-            self.kick(gang_key)
+            if not self.closed:  # a wake-up due after `shutdown` has nothing left to start
+                self.kick(gang_key)
 
     # ----- kube-scheduler's /bind of a member in flight here ------------------------------------------------------
     def wait_for(self, uid: str, timeout: float) -> str | None:
@@ -368,8 +371,15 @@ class GangBinding(GangNominations, BindingPosts, MemberVacancies):
             for uid in [u for u in table if u not in known]:
                 del table[uid]
 
+    @property
+    def waking(self) -> bool:
+        """True while the wake-up thread runs (until `shutdown`; never in synchronous mode)."""
+        return self._waker is not None and self._waker.running
+
     def shutdown(self) -> None:
-        """Stop the worker pool after the Bindings already started."""
+        """Stop the wake-ups, then the worker pools after the Bindings already started (idempotent)."""
+        with self.state.lock:
+            self.closed = True
         if self._waker is not None:
             self._waker.stop()
         if self._pool is not None:

@@ -71,6 +71,25 @@ class JsonLineFormatter(JsonFormatter):
         return _iso_time(record)
 
 
+class StderrHandler(logging.StreamHandler):
+    """A stream handler that writes to whatever `sys.stderr` is when a record is emitted, not the one it was made
+    with: a serve run in process (tests, a CLI runner) swaps stderr for a buffer it closes afterwards, and a
+    background thread (the waker, a Binding worker) logging later would otherwise hit that closed stream and print
+    logging's own "--- Logging error ---" traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> IO[str]:  # type: ignore[override]
+        """The current `sys.stderr`."""
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: IO[str]) -> None:
+        """Ignored: the stream is always the current `sys.stderr`."""
+
+
 def configure_logging(fmt: str = "text", level: str = "info", stream: IO[str] | None = None) -> logging.Handler:
     """Send every log record to `stream` (stderr) in `fmt`; meshfit's loggers at `level`, others at warning.
 
@@ -82,7 +101,7 @@ def configure_logging(fmt: str = "text", level: str = "info", stream: IO[str] | 
     if str(level).lower() not in LEVELS:
         raise ValueError(f"--log-level must be one of {', '.join(LEVELS)}, got {level!r}")
     numeric = getattr(logging, str(level).upper())
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else StderrHandler()
     handler.setFormatter(JsonLineFormatter() if fmt == "json" else TextFormatter())
     handler.set_name("meshfit")
     root = logging.getLogger()

@@ -156,6 +156,13 @@ class GangScheduler(BindVerb, RoomGuard, NodeScores):
             self.on_expired(len(expired))
         return expired
 
+    def shutdown(self) -> None:
+        """Stop the background threads (the direct binder's wake-ups and pools, the action pool) after their work
+        in flight: nothing of this scheduler runs once its service has stopped."""
+        if self.direct is not None:
+            self.direct.shutdown()
+        self.dispatcher.shutdown()
+
     def tick(self) -> None:
         """The periodic pass (sweeper): expiries, then rollbacks, moves, requeues and the gang queue."""
         self.sweep()

@@ -48,8 +48,15 @@ class Waker:
 
                 logging.getLogger("meshfit.bind").exception("wake-up of %s failed", key)
 
-    def stop(self) -> None:
-        """Stop the thread (pending wake-ups are dropped)."""
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread (pending wake-ups are dropped) and wait for a call back in progress to return."""
         with self._cv:
             self._stopped = True
             self._cv.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        """True until the thread has ended."""
+        return self._thread.is_alive()

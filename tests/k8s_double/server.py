@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -212,6 +213,21 @@ class Handler(BaseHTTPRequestHandler):
                                                         "metadata": {"resourceVersion": str(store.rv)}}})
 
 
+class DoubleHTTPServer(ThreadingHTTPServer):
+    """The double's HTTP server: a client that hangs up (a reset or a closed connection, as kubernetes clients do
+    when a test ends, a watch is cancelled or `stop` cuts a kept-alive connection) is a normal end of a
+    connection, as for a real API server; socketserver would print it as a traceback on stderr."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Ignore a client that went away; anything else is reported as socketserver does."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError) or (isinstance(error, OSError) and self.double.stopping.is_set()):
+            return
+        super().handle_error(request, client_address)
+
+
 class ApiServerDouble:
     """An in-memory Kubernetes API server on loopback for the real `kubernetes` ApiClient to talk to."""
 
@@ -230,8 +246,7 @@ class ApiServerDouble:
         self.hold_watches = False
         """Deliver no watch events (a stalled watcher): with `store.compact()` this forces 410 Gone."""
         self.default_watch_seconds = 2.0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = DoubleHTTPServer(("127.0.0.1", 0), Handler)
         self._server.double = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="k8s-double", daemon=True)

@@ -287,8 +287,9 @@ def test_no_member_is_bound_without_a_node_held_for_pod_0():
     assert all(b.annotations["meshfit.io/master-addr"] for b in service.binder.snapshot())
 
 
-def test_kube_schedulers_bind_of_a_member_in_flight_waits_for_meshfits_binding():
+def test_kube_schedulers_bind_of_a_member_in_flight_waits_for_meshfits_binding(request):
     service = direct_service(synchronous=False)
+    request.addfinalizer(service.scheduler.shutdown)  # its waker and pools end with the test
     pods = members("g", 2)
     watch(service, pods)
     service.binder.gate = threading.Event()

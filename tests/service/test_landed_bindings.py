@@ -34,8 +34,9 @@ def landed(pod: dict, node: str) -> dict:
     return bound
 
 
-def test_a_peer_checked_while_a_landed_binding_is_still_in_flight_fits_beside_it():
+def test_a_peer_checked_while_a_landed_binding_is_still_in_flight_fits_beside_it(request):
     service = direct_service(cpu_nodes(1), synchronous=False)
+    request.addfinalizer(service.scheduler.shutdown)  # its waker and pools end with the test
     direct = service.scheduler.direct
     service.binder.gate = threading.Event()  # meshfit's calls stay in flight
     try:

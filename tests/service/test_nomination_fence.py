@@ -121,8 +121,9 @@ def test_a_higher_priority_pod_ignores_the_nomination_so_it_holds_the_member_too
     assert bound(service) == {"g-1": node}
 
 
-def test_a_cpu_pod_bound_while_the_binding_waits_on_the_worker_stops_it_and_nothing_is_over_committed():
+def test_a_cpu_pod_bound_while_the_binding_waits_on_the_worker_stops_it_and_nothing_is_over_committed(request):
     service = direct_service(cpu_nodes(2), synchronous=False)
+    request.addfinalizer(service.scheduler.shutdown)  # its waker and pools end with the test
     binder = service.binder
     pods = gang("g", 2)
     direct = service.scheduler.direct

@@ -79,10 +79,11 @@ def test_a_node_meshfit_just_bound_a_member_to_is_refused_until_kube_schedulers_
     assert node in guard(service, cpu_pod("later", priority=1000))["NodeNames"]
 
 
-def test_a_member_bound_at_once_is_counted_by_guard_while_its_binding_is_in_flight():
+def test_a_member_bound_at_once_is_counted_by_guard_while_its_binding_is_in_flight(request):
     """No nomination is written for a member nothing races: from its reservation to kube-scheduler's informer showing
     its Binding, `/guard` is what keeps a pod kube-scheduler places out of its room."""
     service = direct_service(cpu_nodes(3), synchronous=False)
+    request.addfinalizer(service.scheduler.shutdown)  # its waker and pools end with the test
     service.binder.gate = threading.Event()  # meshfit's Binding of g-1 stays in flight
     try:
         node = reserve(service, gang("g", 2))

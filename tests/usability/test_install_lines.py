@@ -23,8 +23,8 @@ WITHOUT_TORCH = [sys.executable, "-c",
 
 
 CI_TOOL_BUILDS = "k8sbuild/"
-"""Commands `.ci/run` may run besides README's: builds of the test tools (`k8sbuild/build_helm.sh`: helm for the chart
-tests; `k8sbuild/build.sh`: Kubernetes binaries for the real-cluster tests), into the per-user cache."""
+"""Commands `.ci/run` may run besides README's: builds of the test tools (`k8sbuild/ci_tools.sh`: Kubernetes binaries
+for the real-cluster tests, Kueue, helm for the chart tests), into the per-user cache."""
 
 
 def _ci_commands(script: str | None = None) -> list[list[str]]:
@@ -45,12 +45,16 @@ def test_ci_runs_exactly_readmes_two_commands():
     assert _ci_commands() == _readme_ci_commands()
 
 
-def test_tool_builds_and_ci_true_leave_readmes_two_commands():
-    """What .ci/run adds for the chart tests (helm from its module, CI=true so a missing helm fails) changes nothing
-    README's reader runs."""
-    script = (ROOT / ".ci" / "run").read_text().replace(
-        "\npython -m pytest", "\nk8sbuild/build_helm.sh\nCI=true python -m pytest")
-    assert "build_helm.sh" in script and _ci_commands(script) == _readme_ci_commands()
+def test_ci_builds_the_test_tools_before_readmes_commands():
+    """.ci/run builds the control plane, Kueue and helm (k8sbuild/ci_tools.sh) before README's two commands, and
+    that changes nothing README's reader runs."""
+    script = (ROOT / ".ci" / "run").read_text()
+    body = script.split('cd "$(dirname "$0")/.."', 1)[1]
+    assert commands(body)[0] == ["k8sbuild/ci_tools.sh"]
+    tools = (ROOT / "k8sbuild" / "ci_tools.sh").read_text()
+    assert all(name in tools for name in ("build.sh", "build_kueue.sh", "build_helm.sh", "go vet", "go test"))
+    with_ci_true = script.replace("\npython -m pytest", "\nCI=true python -m pytest")
+    assert _ci_commands(with_ci_true) == _ci_commands() == _readme_ci_commands()
 
 
 def test_ci_installs_the_runtime_and_sweep_extras():

@@ -12,9 +12,11 @@ Two shapes, one source (the served version is found by discovery, `scheduler.kub
   (`spec.parentCompositePodGroupName`): a job that spans a spine with one sub-group per leaf.  The gang is then
   the CompositePodGroup: its `schedulingConstraints.topology[].key` is meshfit's required level, and its size
   `schedulingPolicy.gang.minGroupCount` sub-groups of the member's own PodGroup's `minCount` (sub-groups of one
-  template, as a Workload's composite template makes them).  The sub-groups' key (a leaf) is meshfit's preference
-  already: within the required domain its placement minimises predicted communication, which packs the gang into
-  as few leaves as it can (a constraint holds a required or a preferred level, not both).
+  template, as a Workload's composite template makes them).  Each sub-group is one slice (the two-level placement
+  Kueue's slice annotations ask for): its members take one block of consecutive indexes
+  (`GangMembership.sub_group`, `scheduler.gangs.stable_index`) and the placement keeps the block inside one domain
+  of the sub-groups' key (a leaf), as kube-scheduler's group cycle requires of each sub-group.  Without a composite
+  key the sub-groups' key is the gang's required level.
 
 Only `gang` groups are gangs (a `basic` group's pods are scheduled one by one).  The gang size is `minCount`; a
 PodGroup's required level is its `spec.schedulingConstraints.topology[].key` (a node label key, one at most).  A
@@ -30,6 +32,7 @@ marks them so).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
 from plugins.gangs.base import (
@@ -150,10 +153,16 @@ class WorkloadApiSource:
                 or groups * child_size > MAX_GANG_PODS:
             raise JobSpecError(f"{where}: CompositePodGroup {name} gang policy minGroupCount must be an integer from "
                                f"1 to {MAX_GANG_PODS // child_size} (sub-groups of {child_size}), got {groups!r}")
-        return resolve_membership(pod, lookup, source=NAME, gang_name=name, index=_index(pod, where),
-                                  size=groups * child_size, owner=composite,
-                                  required_level=required_key(composite, f"{where}: CompositePodGroup {name}")
-                                  or child_key)
+        spine = required_key(composite, f"{where}: CompositePodGroup {name}")
+        member = resolve_membership(pod, lookup, source=NAME, gang_name=name, index=_index(pod, where),
+                                    size=groups * child_size, owner=composite, required_level=spine or child_key)
+        if not (spine and child_key):
+            return member
+        if member.constraint.has_slices:
+            raise JobSpecError(f"{where}: sub-group of CompositePodGroup {name} also asks for Kueue slices; the "
+                               "sub-groups are the slices")
+        return replace(member, sub_group=str((_spec(pod).get("schedulingGroup") or {}).get("podGroupName")),
+                       constraint=replace(member.constraint, slice_required_level=child_key, slice_size=child_size))
 
 
 def factory() -> WorkloadApiSource:

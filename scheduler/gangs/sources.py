@@ -50,6 +50,10 @@ class GangMembership:
     own_index: bool = True
     """False: the pod carries no index of its own (a PodGroup member); `index` is meshfit's stable choice, made by
     `scheduler.gangs.stable_index` when the pod enters the cluster state, and written to the pod with its ranks."""
+    sub_group: str | None = None
+    """The sub-group the pod belongs to inside its gang (a 1.37 PodGroup under a CompositePodGroup): the members of
+    one sub-group take one block of `constraint.slice_size` consecutive indexes, i.e. one slice
+    (`scheduler.gangs.stable_index`)."""
 
 
 class NotAGangMember(Exception):

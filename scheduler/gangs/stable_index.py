@@ -9,6 +9,11 @@ rank blocks, reservations and replacements are all per index.  `choose_index` gi
 3. a free index whose slot the ledger holds for a replacement (the deleted member's slot: same index, same node);
 4. the lowest free index.
 
+A member of a sub-group (`GangMembership.sub_group`: a PodGroup under a CompositePodGroup) chooses only inside its
+sub-group's block of `constraint.slice_size` indexes: the block a sibling already holds, else the lowest block no
+other sub-group holds.  Its slice is then its sub-group, which the placement keeps inside one domain of the slice
+level, as kube-scheduler's group cycle requires of each sub-group.
+
 Members being deleted (`terminating`) hold no index, so the pod replacing one gets its slot at once (and waits
 there until the old pod is gone).  The index is written to the pod at bind (`meshfit.io/pod-index`, beside its
 ranks); from then on it is the pod's own.  None when every index is held: the pod is beyond the gang's size.
@@ -27,10 +32,13 @@ def choose_index(member: Any, uid: str, name: str, previous: Any, members: Itera
     `previous` is the pod's earlier record (or None), `members` the gang's (uid, record) pairs, `entry` its ledger
     reservation (or None), and `live_pod(name)` says whether a pod of that name in the gang's namespace exists and
     is not terminating.  A terminating pod keeps the index it had even when its replacement holds it too."""
+    members = list(members)
     taken = {r.member.index for u, r in members if u != uid and r.member is not None and not r.terminating}
     slots = dict(entry.slots) if entry is not None else {}
     taken |= {i for i, slot in slots.items() if slot.pod not in (None, name) and live_pod(slot.pod)}
     size = member.size
+    allowed = _sub_group_block(member, uid, members)
+    taken |= set(range(size)) - allowed
     earlier = previous.member if previous is not None else None
     if earlier is not None and earlier.gang_key == member.gang_key and not earlier.own_index \
             and earlier.index < size and (earlier.index not in taken or terminating):
@@ -41,3 +49,18 @@ def choose_index(member: Any, uid: str, name: str, previous: Any, members: Itera
     free = [i for i in range(size) if i not in taken]
     held = [i for i in free if i in slots and slots[i].state in (SLOT_RESERVED, SLOT_BINDING) and slots[i].pod is None]
     return min(held) if held else (free[0] if free else None)
+
+
+def _sub_group_block(member: Any, uid: str, members: list[tuple[str, Any]]) -> set[int]:
+    """The indexes `member` may take: every one, or its sub-group's block (see the module docstring)."""
+    width = member.constraint.slice_size
+    if member.sub_group is None or not width:
+        return set(range(member.size))
+    mine, others = set(), set()
+    for u, record in members:
+        other = record.member
+        if u == uid or other is None or record.terminating or other.sub_group is None:
+            continue
+        (mine if other.sub_group == member.sub_group else others).add(other.index // width)
+    blocks = sorted(mine) or [b for b in range(member.size // width) if b not in others][:1]
+    return {i for b in blocks for i in range(b * width, (b + 1) * width)}

@@ -198,3 +198,30 @@ def test_discovery_prefers_1_37s_v1beta1_and_finds_the_composite_api(monkeypatch
     assert found[("scheduling.k8s.io", "podgroups")] == "v1beta1"
     assert found[("scheduling.k8s.io", "workloads")] == "v1beta1"
     assert found[("scheduling.k8s.io", "compositepodgroups")] == "v1alpha3"
+
+
+SPINE, LEAF = "network.topology.nvidia.com/spine", "network.topology.nvidia.com/leaf"
+
+
+def test_composite_sub_groups_arriving_interleaved_each_take_one_index_block_and_one_leaf():
+    """Two sub-groups of 2 x 8 GPUs under a CompositePodGroup (spine required), leaves of 2 nodes: each sub-group
+    must fill one leaf, as kube-scheduler's group cycle will require of it, whatever order the members arrive in."""
+    service = make_service(make_nodes(racks=4, nodes_per_rack=2), policy="meshfit")
+    for obj in (composite("job", 2, key=SPINE), v1beta1_group("job-0", 2, LEAF, parent="job"),
+                v1beta1_group("job-1", 2, LEAF, parent="job")):
+        service.state.upsert_object(obj)
+    pods = [grouped(name, group, "tp=8,dp=4") for name, group in
+            (("a0", "job-0"), ("b0", "job-1"), ("a1", "job-0"), ("b1", "job-1"))]
+    nodes = {}
+    for pod in pods:  # interleaved: a plain lowest-free index would put a0 and b0 in one block
+        [nodes[pod["metadata"]["name"]]] = filter_nodes(service.filter(pod))
+    for pod in pods:
+        assert service.bind(pod, nodes[pod["metadata"]["name"]]) == {"Error": ""}
+    by_pod = {b.name: parse_assignment(b.annotations) for b in service.binder.snapshot()}
+    blocks = {name: by_pod[name].pod_index // 2 for name in ("a0", "a1", "b0", "b1")}
+    assert blocks["a0"] == blocks["a1"] != blocks["b0"] == blocks["b1"], blocks
+    leaf = {name: service.state.topology.node_by_name[node].path[-2] for name, node in nodes.items()}
+    assert leaf["a0"] == leaf["a1"] and leaf["b0"] == leaf["b1"], (nodes, leaf)
+    spines = {service.state.topology.node_by_name[node].path[-3] for node in nodes.values()}
+    assert len(spines) == 1, nodes
+    assert {a.master_addr for a in by_pod.values()} == {nodes[next(n for n, a in by_pod.items() if a.pod_index == 0)]}

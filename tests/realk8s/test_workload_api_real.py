@@ -21,18 +21,20 @@ import pytest
 from scheduler.handoff.assignment import ANNOTATION_POD_INDEX, parse_assignment
 from scheduler.kube.discovery import served_resources
 from tests.realk8s.binaries import K8sInstall
-from tests.realk8s.cluster_builders import LEAF_LABEL, create_nodes, wait_for
+from tests.realk8s.cluster_builders import LEAF_LABEL, SPINE_LABEL, create_nodes, wait_for
 from tests.realk8s.conftest import _admin_client, clean_slate
 from tests.realk8s.controlplane import ControlPlane, MeshfitProcess
 from tests.realk8s.overcommit import assert_no_overcommit as no_overcommit
 from tests.realk8s.workload_api import (
-    COMPOSITE_VERSION, GROUP, api_version_for, bound_count, create_member,
+    COMPOSITE_VERSION, GROUP, api_version_for, bound_count, create_composite_gang, create_member,
     create_pod_group_gang, create_v1alpha1_workload, gated_plane_options, members, read_pod_group,
 )
 
 GPUS = 8
 V1ALPHA1 = pytest.mark.k8s_versions(every=True, min="1.35", max="1.35",
                                     why="builds scheduling.k8s.io/v1alpha1 Workloads and spec.workloadRef pods")
+V1BETA1 = pytest.mark.k8s_versions(every=True, min="1.37",
+                                   why="builds v1beta1 PodGroups under a scheduling.k8s.io/v1alpha3 CompositePodGroup")
 V1ALPHA2 = pytest.mark.k8s_versions(every=True, min="1.36",
                                     why="builds scheduling.k8s.io Workloads, PodGroups (v1alpha2 on 1.36, v1beta1 "
                                         "from 1.37) and spec.schedulingGroup pods")
@@ -246,3 +248,29 @@ def test_a_replacement_pod_group_member_gets_the_deleted_members_index_and_node(
     new = next(m for m in members(wl, "rep") if m.name == "rep-e")
     got = parse_assignment(new.annotations)
     assert (got.pod_index, got.ranks, new.node_name) == (2, assignment.ranks, node), (got, new.node_name, node)
+
+
+@V1BETA1
+def test_a_composite_pod_group_spanning_a_spine_binds_whole_with_each_leaf_sub_group_in_one_leaf(wl):
+    """Two sub-groups of 2 x 8 GPUs under a CompositePodGroup (spine key), leaves of 2 nodes: kube-scheduler's group
+    cycle needs each sub-group inside one leaf and the whole inside one spine; meshfit makes the composite one gang
+    (one rank table, pod 0's node as rendezvous) whose sub-groups are its slices.  Members arrive interleaved."""
+    create_nodes(wl.core, 8, gpus=GPUS, leaf_size=2)  # four leaves of 2 nodes, one spine
+    groups = create_composite_gang(wl, "cj", children=2, min_count=2, spine_key=SPINE_LABEL, leaf_key=LEAF_LABEL)
+    for suffix in ("0", "1"):
+        for group in groups:
+            create_member(wl, group, f"{group}-m{suffix}", GPUS, f"tp={GPUS},dp=4", wl.api)
+    wait_for(lambda: sum(bound_count(wl, g)[0] for g in groups) == 4, timeout=90,
+             message=lambda _: f"composite not bound whole: {[bound_count(wl, g) for g in groups]}\n"
+                               f"{wl.tail_logs(40)}")
+    pods = {g: members(wl, g) for g in groups}
+    assignments = {p.name: parse_assignment(p.annotations) for g in groups for p in pods[g]}
+    nodes = {p.name: p.node_name for g in groups for p in pods[g]}
+    assert sorted(a.pod_index for a in assignments.values()) == [0, 1, 2, 3], assignments
+    assert sorted(r for a in assignments.values() for r in a.ranks) == list(range(4 * GPUS))
+    rendezvous = next(nodes[n] for n, a in assignments.items() if a.pod_index == 0)
+    assert {a.master_addr for a in assignments.values()} == {rendezvous}
+    for group in groups:
+        assert len({leaf_of(wl, p.node_name) for p in pods[group]}) == 1, (group, nodes)
+    assert len({wl.core.read_node(n).metadata.labels[SPINE_LABEL] for n in nodes.values()}) == 1, nodes
+    assert_no_overcommit(wl)

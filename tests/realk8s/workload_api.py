@@ -87,6 +87,30 @@ def create_pod_group_gang(env: Any, name: str, min_count: int, key: str | None, 
         "spec": {**template_ref(api, name, "workers"), **policy}})
 
 
+def create_composite_gang(env: Any, name: str, children: int, min_count: int, spine_key: str,
+                          leaf_key: str) -> list[str]:
+    """1.37 (`v1beta1` + `v1alpha3`): a Workload whose composite template `job` needs all `children` sub-groups
+    (`minGroupCount`) inside one domain of `spine_key`, each sub-group a gang of `min_count` inside one domain of
+    `leaf_key`; the CompositePodGroup `name` and its PodGroups `<name>-<i>`.  Returns the PodGroups' names."""
+    child = {"schedulingPolicy": {"gang": {"minCount": min_count}},
+             "schedulingConstraints": {"topology": [{"key": leaf_key}]}}
+    parent = {"schedulingPolicy": {"gang": {"minGroupCount": children}},
+              "schedulingConstraints": {"topology": [{"key": spine_key}]}}
+    _post(env, f"/apis/{GROUP}/v1beta1/namespaces/{env.namespace}/workloads", {
+        "apiVersion": f"{GROUP}/v1beta1", "kind": "Workload", "metadata": {"name": name},
+        "spec": {"compositePodGroupTemplates": [{"name": "job", **parent,
+                                                 "podGroupTemplates": [{"name": "leaf", **child}]}]}})
+    _post(env, f"/apis/{GROUP}/{COMPOSITE_VERSION}/namespaces/{env.namespace}/compositepodgroups", {
+        "apiVersion": f"{GROUP}/{COMPOSITE_VERSION}", "kind": "CompositePodGroup", "metadata": {"name": name},
+        "spec": {"workloadRef": {"workloadName": name, "templateName": "job"}, **parent}})
+    names = [f"{name}-{i}" for i in range(children)]
+    for group in names:
+        _post(env, f"/apis/{GROUP}/v1beta1/namespaces/{env.namespace}/podgroups", {
+            "apiVersion": f"{GROUP}/v1beta1", "kind": "PodGroup", "metadata": {"name": group},
+            "spec": {"parentCompositePodGroupName": name, **template_ref("v1beta1", name, "leaf"), **child}})
+    return names
+
+
 def read_pod_group(env: Any, name: str, api: str = "v1alpha2") -> dict:
     """The PodGroup as the apiserver stored it."""
     return json.loads(request_bytes(env.api_client, "GET",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import signal
@@ -12,6 +13,7 @@ from typing import Any, Optional
 import typer
 
 from scheduler.cli.common import fail
+from scheduler.gangs.queue import BACKFILL_MODES
 
 log = logging.getLogger("meshfit.serve")
 
@@ -200,6 +202,11 @@ def register(app: typer.Typer) -> None:
                                          help="kube-scheduler 1.36 runs the MeshfitPlacement plugin (kubeplugin/): "
                                               "PodGroup members are placed only when its group cycle asks "
                                               "(gRPC PlacePodGroup), never queued unasked or requeued by meshfit."),
+        backfill: str = typer.Option("easy", "--backfill",
+                                     help="Which later gangs may start before a waiting one: easy (only if it costs "
+                                          "the first waiting gang none of the slots it waits for; no starvation) or "
+                                          "best-effort (whenever it fits, as kube-scheduler's queue and Kueue's "
+                                          "BestEffortFIFO; more gangs bound, a big gang may starve)."),
         bind_workers: int = typer.Option(16, "--bind-workers", help="Bindings meshfit posts in parallel (1-256)."),
         bind_backlog: int = typer.Option(128, "--bind-backlog",
                                          help="Real mode: members reserved and not yet bound at which meshfit reserves "
@@ -282,6 +289,10 @@ def register(app: typer.Typer) -> None:
             reason = f"--gang-completion-timeout must be a number of seconds > 0, got {completion_timeout}"
         if not reason and max_body_bytes < 1:
             reason = f"--max-body-bytes must be >= 1, got {max_body_bytes}"
+        if not reason and backfill not in BACKFILL_MODES:
+            close = difflib.get_close_matches(backfill, BACKFILL_MODES, n=1)
+            reason = (f"--backfill must be one of {', '.join(BACKFILL_MODES)}, got {backfill!r}"
+                      + (f" (did you mean {close[0]!r}?)" if close else ""))
         if not reason and not 1 <= bind_workers <= 256:
             reason = f"--bind-workers must be between 1 and 256, got {bind_workers}"
         if not reason and not 1 <= bind_backlog <= 100000:
@@ -345,7 +356,7 @@ def register(app: typer.Typer) -> None:
                     if cluster is None and direct_bind else None
                 scheduler, metrics = build_scheduler(state, binder, policy, publisher, actions,
                                                      completion_timeout=completion_timeout, preemption=preemption,
-                                                     direct_binding=direct)
+                                                     direct_binding=direct, backfill=backfill)
                 if group_cycle:
                     from plugins.gangs.workload_api import NAME as WORKLOAD_API
                     scheduler.lifecycle.group_cycle_sources = frozenset({WORKLOAD_API})

@@ -10,6 +10,10 @@ time is "never" and a backfilled gang counts as running past it: backfill takes 
 could not use anyway (partly used nodes for a whole-node head, another domain when it fits by count
 but not by topology).  That is what keeps a 64-pod gang from being starved by a stream of small ones.
 
+That is `BACKFILL_EASY`, the default.  `BACKFILL_BEST_EFFORT` has no head: a later gang is reserved whenever it fits,
+as kube-scheduler's own queue and Kueue's `BestEffortFIFO` do.  It binds more gangs where the room a waiting big gang
+needs may never free (nothing ends in a static benchmark), at the price of that starvation protection.
+
 The queue is plain data; `GangScheduler` drives it under `ClusterState.lock`.
 """
 
@@ -59,6 +63,14 @@ def since_text(at: float) -> str:
         return f"{at:.0f}"
 
 
+BACKFILL_EASY = "easy"
+"""A later gang may start only if it costs the head none of the slots it waits for (the default)."""
+BACKFILL_BEST_EFFORT = "best-effort"
+"""A later gang starts whenever it fits (no head)."""
+BACKFILL_MODES = (BACKFILL_EASY, BACKFILL_BEST_EFFORT)
+"""The backfill rules `GangQueue` knows."""
+
+
 @dataclass
 class GangQueue:
     """Waiting gangs by key; see the module docstring for the order and the backfill rule."""
@@ -68,6 +80,12 @@ class GangQueue:
     """Gang key -> (sequence, time) of first arrival, kept while the gang exists so a gang whose
     reservation expired goes back to its old place, not the end of the queue."""
     _seq: itertools.count = field(default_factory=itertools.count)
+    backfill: str = BACKFILL_EASY
+    """`BACKFILL_EASY` or `BACKFILL_BEST_EFFORT` (module docstring)."""
+
+    def __post_init__(self) -> None:
+        if self.backfill not in BACKFILL_MODES:
+            raise ValueError(f"backfill must be one of {', '.join(BACKFILL_MODES)}, got {self.backfill!r}")
 
     def note(self, key: str, priority: int, pods: int, gpus_per_pod: int, reason: str, now: float,
              offered: frozenset[str] | None = None) -> WaitingGang:
@@ -108,7 +126,9 @@ class GangQueue:
 
     def head_before(self, key: str, priority: int, topo: ClusterTopology) -> WaitingGang | None:
         """The head a gang `key` of `priority` must not delay: the first waiting gang ordered before it
-        that could fit on this cluster at all; None when there is none."""
+        that could fit on this cluster at all; None when there is none (always, under best-effort backfill)."""
+        if self.backfill == BACKFILL_BEST_EFFORT:
+            return None
         seq = self.arrivals.get(key, (math.inf, 0.0))[0]
         for entry in self.ordered():
             if entry.key == key or entry.order() >= (-priority, seq):

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from scheduler.placement.engine import place
 from scheduler.gangs.profile import SCHEDULER_NAMES
 from scheduler.gangs.lifecycle import GangStateMachine, phase_of
-from scheduler.gangs.queue import GangQueue
+from scheduler.gangs.queue import BACKFILL_EASY, GangQueue
 from scheduler.placement.result import Placement
 from scheduler.gangs.ledger import SLOT_RELEASED, SLOT_RESERVED, Reservation
 from scheduler.service.actions import EVENT_NORMAL, EVENT_WARNING, ActionDispatcher, PodRef
@@ -55,10 +55,11 @@ class GangLifecycle(GangRepairs, GangAdmission):
     """Queue, requeues, completion and rollback of gangs; see the module docstring."""
 
     def __init__(self, state: ClusterState, dispatcher: ActionDispatcher, policy: str,
-                 clock: Callable[[], float], completion_timeout: float = DEFAULT_COMPLETION_TIMEOUT) -> None:
+                 clock: Callable[[], float], completion_timeout: float = DEFAULT_COMPLETION_TIMEOUT,
+                 backfill: str = BACKFILL_EASY) -> None:
         self.state, self.dispatcher, self.policy, self.clock = state, dispatcher, policy, clock
         self.completion_timeout = completion_timeout
-        self.queue = GangQueue()
+        self.queue = GangQueue(backfill=backfill)
         self.seen: dict[str, float] = {}
         """Pod uid -> last time it reached filter or bind."""
         self.turned_away: dict[str, float] = {}

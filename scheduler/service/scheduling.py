@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from scheduler.gangs.queue import BACKFILL_EASY
 from scheduler.placement.engine import place
 from scheduler.placement.jobs import Gang, JobSpecError
 from scheduler.gangs.membership import describe_signature
@@ -85,7 +86,7 @@ class GangScheduler(BindVerb, RoomGuard, NodeScores):
                  on_publish_failed: Callable[[str, Exception], None] | None = None,
                  actions: ClusterActions | None = None, synchronous_actions: bool = False,
                  completion_timeout: float = DEFAULT_COMPLETION_TIMEOUT, preemption: bool = True,
-                 direct_binding: DirectBinding | None = None) -> None:
+                 direct_binding: DirectBinding | None = None, backfill: str = BACKFILL_EASY) -> None:
         self.state = state
         self.binder = binder
         self.policy = policy
@@ -96,7 +97,8 @@ class GangScheduler(BindVerb, RoomGuard, NodeScores):
         self.rank_tables = RankTableTracker(state, self.publisher, on_publish_failed)
         self.actions = actions if actions is not None else MemoryActions()
         self.dispatcher = ActionDispatcher(self.actions, synchronous=synchronous_actions)
-        self.lifecycle = GangLifecycle(state, self.dispatcher, policy, state.ledger.clock, completion_timeout)
+        self.lifecycle = GangLifecycle(state, self.dispatcher, policy, state.ledger.clock, completion_timeout,
+                                       backfill)
         state.gang_evicted = self.lifecycle.evicted_whole
         self.preemption = PreemptionFlow(state, self.lifecycle, self.rank_tables, enabled=preemption)
         self.lone_preemption = LonePreemption(state, self.lifecycle, self.preemption)

@@ -251,6 +251,24 @@ def test_a_partly_bound_gang_short_of_room_heads_the_queue():
     assert service.state.ledger.get("default/g").missing_indices() == []
 
 
+def test_best_effort_backfill_starts_a_later_gang_whenever_it_fits():
+    """`--backfill best-effort` (kube-scheduler's queue, Kueue's BestEffortFIFO): the scenario above, no head."""
+    service, _ = service_with(nodes=8, backfill="best-effort")
+    bind_gang(service, "old", 6)
+    assert filter_nodes(service.filter(gang_pod("big", 0, 4))) == []  # still does not fit: 2 nodes free
+    small = gang_pod("small0", 0, 1)
+    [node] = filter_nodes(service.filter(small))  # fits: started although the big gang waits
+    assert service.bind(small, node) == {"Error": ""}
+    assert gang_rows(service)["default/big"]["state"] == "waiting"
+
+
+def test_an_unknown_backfill_rule_is_refused():
+    import pytest
+    from scheduler.gangs.queue import GangQueue
+    with pytest.raises(ValueError, match="backfill must be one of easy, best-effort"):
+        GangQueue(backfill="greedy")
+
+
 def test_pods_known_only_from_requests_are_bounded():
     service, _ = service_with(nodes=2)
     service.state.max_request_only_pods = 50

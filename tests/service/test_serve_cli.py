@@ -69,6 +69,7 @@ def test_no_cluster_and_no_in_cluster_config_is_one_line():
     (["--grpc-port", "7002", "--metrics-port", "7002"], "--metrics-port and --grpc-port must differ"),
     (["--bind-backlog", "0"], "--bind-backlog"),
     (["--bind-backlog", "100001"], "--bind-backlog"),
+    (["--backfill", "best-efort"], "did you mean 'best-effort'?"),
 ])
 def test_bad_flag_values_are_one_line(tmp_path, flags, fragment):
     assert_one_line_error(serve("--cluster", str(cluster_file(tmp_path)), *flags), fragment)

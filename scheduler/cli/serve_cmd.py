@@ -13,7 +13,7 @@ from typing import Any, Optional
 import typer
 
 from scheduler.cli.common import fail
-from scheduler.gangs.queue import BACKFILL_MODES
+from scheduler.gangs.queue import BACKFILL_MODES, backfill_rule
 
 log = logging.getLogger("meshfit.serve")
 
@@ -202,11 +202,14 @@ def register(app: typer.Typer) -> None:
                                          help="kube-scheduler 1.36 runs the MeshfitPlacement plugin (kubeplugin/): "
                                               "PodGroup members are placed only when its group cycle asks "
                                               "(gRPC PlacePodGroup), never queued unasked or requeued by meshfit."),
-        backfill: str = typer.Option("easy", "--backfill",
-                                     help="Which later gangs may start before a waiting one: easy (only if it costs "
-                                          "the first waiting gang none of the slots it waits for; no starvation) or "
-                                          "best-effort (whenever it fits, as kube-scheduler's queue and Kueue's "
-                                          "BestEffortFIFO; more gangs bound, a big gang may starve)."),
+        backfill: Optional[str] = typer.Option(None, "--backfill",
+                                               help="Which later gangs may start before a waiting one: easy (only if "
+                                                    "it costs the first waiting gang none of the slots it waits for; "
+                                                    "no starvation; the default) or best-effort (whenever it fits, as "
+                                                    "kube-scheduler's queue and Kueue's BestEffortFIFO; more gangs "
+                                                    "bound, a big gang may starve; the default with --group-cycle, "
+                                                    "where kube-scheduler's queue, or Kueue ahead of it, orders the "
+                                                    "groups)."),
         bind_workers: int = typer.Option(16, "--bind-workers", help="Bindings meshfit posts in parallel (1-256)."),
         bind_backlog: int = typer.Option(128, "--bind-backlog",
                                          help="Real mode: members reserved and not yet bound at which meshfit reserves "
@@ -289,6 +292,7 @@ def register(app: typer.Typer) -> None:
             reason = f"--gang-completion-timeout must be a number of seconds > 0, got {completion_timeout}"
         if not reason and max_body_bytes < 1:
             reason = f"--max-body-bytes must be >= 1, got {max_body_bytes}"
+        backfill = backfill_rule(backfill, group_cycle)
         if not reason and backfill not in BACKFILL_MODES:
             close = difflib.get_close_matches(backfill, BACKFILL_MODES, n=1)
             reason = (f"--backfill must be one of {', '.join(BACKFILL_MODES)}, got {backfill!r}"

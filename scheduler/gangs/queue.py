@@ -71,6 +71,12 @@ BACKFILL_MODES = (BACKFILL_EASY, BACKFILL_BEST_EFFORT)
 """The backfill rules `GangQueue` knows."""
 
 
+def backfill_rule(chosen: str | None, group_cycle: bool) -> str:
+    """The rule `meshfit serve` runs: the one chosen, else best-effort under kube-scheduler's group cycle (its queue,
+    or Kueue ahead of it, orders the groups; meshfit only places) and EASY backfill as extender."""
+    return chosen or (BACKFILL_BEST_EFFORT if group_cycle else BACKFILL_EASY)
+
+
 @dataclass
 class GangQueue:
     """Waiting gangs by key; see the module docstring for the order and the backfill rule."""

@@ -14,8 +14,9 @@ first binds filler pods straight to nodes (0-8 GPUs each, about that fraction in
 mixes gang sizes (`--pods` is then the largest).  The burst is created before any scheduler starts; numbers
 count from the moment kube-scheduler starts (meshfit, where it takes part, is up and synced before):
 
-`--backfill best-effort` runs meshfit with that queue rule (a later gang starts whenever it fits, as kube-scheduler's
-own queue does) instead of its default EASY backfill, which holds small gangs behind a waiting big one.
+`--backfill easy|best-effort` overrides meshfit's queue rule (`meshfit serve --backfill`; its default is best-effort
+with `--group-cycle`, where kube-scheduler's queue orders the groups, and EASY backfill as extender, which holds
+small gangs behind a waiting big one).
 `--no-key` drops the topology key in every mode; the mode `gang-only` (`--modes gang-only,in-tree,plugin`) is
 stock kube-scheduler with the same gangs and no key: the gang-scheduling-alone baseline.
 
@@ -118,14 +119,15 @@ def create_burst(core: CoreV1Api, custom: CustomObjectsApi, ns: str, sizes: list
 
 
 def start_mode(plane: ControlPlane, mode: str, tag: str, qps: float | None = None,
-               backfill: str = "easy") -> tuple[list, float]:
+               backfill: str | None = None) -> tuple[list, float]:
     """The processes of one mode (meshfit first, ready, where it takes part) and when kube-scheduler started."""
     processes: list = []
     gates = [f"--feature-gates={plane.feature_gates}"]
     if mode not in ("in-tree", "gang-only"):
         grpc_port = free_port()
         meshfit = MeshfitProcess(plane.kubeconfig, plane.logs / f"meshfit-{tag}.log",
-                                 extra_args=["--grpc-port", str(grpc_port), "--backfill", backfill,
+                                 extra_args=["--grpc-port", str(grpc_port),
+                                             *(["--backfill", backfill] if backfill else []),
                                              *(["--group-cycle"] if mode == "plugin" else [])],
                                  ready_timeout=120).start()
         processes.append(meshfit)
@@ -247,8 +249,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=180.0)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--backfill", default="easy", choices=("easy", "best-effort"),
-                        help="meshfit serve --backfill in the plugin and extender modes (default: meshfit's default)")
+    parser.add_argument("--backfill", choices=("easy", "best-effort"),
+                        help="meshfit serve --backfill in the plugin and extender modes (default: meshfit's own: "
+                             "best-effort with --group-cycle, easy as extender)")
     parser.add_argument("--minor", help="Kubernetes minor, e.g. 1.37 (default: the newest with a plugin build)")
     args = parser.parse_args()
     builds = {install.minor: (install, binary) for install, binary in BUILDS}

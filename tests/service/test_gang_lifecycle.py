@@ -262,6 +262,12 @@ def test_best_effort_backfill_starts_a_later_gang_whenever_it_fits():
     assert gang_rows(service)["default/big"]["state"] == "waiting"
 
 
+def test_the_group_cycle_defaults_to_best_effort_and_the_extender_to_easy_unless_chosen():
+    from scheduler.gangs.queue import backfill_rule
+    assert (backfill_rule(None, True), backfill_rule(None, False)) == ("best-effort", "easy")
+    assert (backfill_rule("easy", True), backfill_rule("best-effort", False)) == ("easy", "best-effort")
+
+
 def test_an_unknown_backfill_rule_is_refused():
     import pytest
     from scheduler.gangs.queue import GangQueue

@@ -100,17 +100,20 @@ def test_a_workload_gang_is_placed_whole_with_ranks():
     assert len({path[:-1] for path in racks}) == 1  # one leaf: the gang is kept together
 
 
-def test_discovery_watches_the_version_the_cluster_serves(monkeypatch):
-    served = {"/apis/scheduling.k8s.io/v1alpha2": ["workloads", "podgroups"],
-              "/apis/kueue.x-k8s.io/v1beta2": ["workloads", "topologies"]}
-
+def discovered(monkeypatch, served: dict[str, list[str]]) -> dict[tuple[str, str], str]:
+    """(group, plural) -> the version discovery chooses when the API server serves `served` (path -> plurals)."""
     def fake_request(client, method, path, **kwargs):
         if path not in served:
             raise ApiStatusError(404, "NotFound", f"{path} not found")
         return json.dumps({"resources": [{"name": n} for n in served[path]]}).encode()
 
     monkeypatch.setattr("scheduler.kube.discovery.request_bytes", fake_request)
-    found = {(r.group, r.plural): r.version for r in discover(object(), DEFAULT_RESOURCES)}
+    return {(r.group, r.plural): r.version for r in discover(object(), DEFAULT_RESOURCES)}
+
+
+def test_discovery_watches_the_version_the_cluster_serves(monkeypatch):
+    found = discovered(monkeypatch, {"/apis/scheduling.k8s.io/v1alpha2": ["workloads", "podgroups"],
+                                     "/apis/kueue.x-k8s.io/v1beta2": ["workloads", "topologies"]})
     assert found[("scheduling.k8s.io", "podgroups")] == "v1alpha2"
     assert found[("scheduling.k8s.io", "workloads")] == "v1alpha2"
     assert found[("kueue.x-k8s.io", "topologies")] == "v1beta2"  # Kueue 0.19 serves no v1alpha1 Topology
@@ -185,16 +188,8 @@ def test_a_composite_not_seen_yet_is_an_error_and_a_basic_composite_leaves_its_s
 
 
 def test_discovery_prefers_1_37s_v1beta1_and_finds_the_composite_api(monkeypatch):
-    served = {"/apis/scheduling.k8s.io/v1beta1": ["workloads", "podgroups"],
-              "/apis/scheduling.k8s.io/v1alpha3": ["compositepodgroups", "podgroups"]}
-
-    def fake_request(client, method, path, **kwargs):
-        if path not in served:
-            raise ApiStatusError(404, "NotFound", f"{path} not found")
-        return json.dumps({"resources": [{"name": n} for n in served[path]]}).encode()
-
-    monkeypatch.setattr("scheduler.kube.discovery.request_bytes", fake_request)
-    found = {(r.group, r.plural): r.version for r in discover(object(), DEFAULT_RESOURCES)}
+    found = discovered(monkeypatch, {"/apis/scheduling.k8s.io/v1beta1": ["workloads", "podgroups"],
+                                     "/apis/scheduling.k8s.io/v1alpha3": ["compositepodgroups", "podgroups"]})
     assert found[("scheduling.k8s.io", "podgroups")] == "v1beta1"
     assert found[("scheduling.k8s.io", "workloads")] == "v1beta1"
     assert found[("scheduling.k8s.io", "compositepodgroups")] == "v1alpha3"

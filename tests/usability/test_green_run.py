@@ -97,6 +97,7 @@ def test_skip_reasons_are_grouped_into_short_categories_with_counts():
 def test_a_run_without_binaries_ends_with_the_skip_summary_and_no_traceback(tmp_path):
     env = {**os.environ, "MESHFIT_K8S_BIN": str(tmp_path / "no-binaries-here"), "PYTHONPATH": str(ROOT)}
     env.pop("MESHFIT_REALK8S_ALL_VERSIONS", None)
+    env.pop("CI", None)  # a newcomer's run: under CI=true a missing control plane fails (the test below)
     result = subprocess.run([sys.executable, "-m", "pytest", "tests/realk8s/test_harness.py", "-p", "no:cacheprovider",
                              "-n", "0"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -107,3 +108,15 @@ def test_a_run_without_binaries_ends_with_the_skip_summary_and_no_traceback(tmp_
     skipped = int(stats.split(" skipped")[0].split()[-1])
     assert summary == (f"{skipped} skipped: {skipped} no Kubernetes binaries "
                        "(build them with k8sbuild/build.sh 1.34 1.35 1.36 1.37)"), lines[-3:]
+
+
+def test_under_ci_a_missing_control_plane_fails_the_run_in_one_line_naming_the_build(tmp_path):
+    env = {**os.environ, "MESHFIT_K8S_BIN": str(tmp_path / "no-binaries-here"), "PYTHONPATH": str(ROOT), "CI": "true"}
+    result = subprocess.run([sys.executable, "-m", "pytest", "tests/realk8s/test_harness.py", "-p", "no:cacheprovider",
+                             "-n", "0"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output and " passed" not in output and " skipped" not in output
+    [line] = [text for text in output.splitlines() if text.startswith("Exit: ")]
+    assert line.startswith("Exit: CI=true and no real Kubernetes control plane") and line.endswith(
+        "build it with k8sbuild/build.sh 1.37"), line

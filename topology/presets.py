@@ -59,27 +59,26 @@ class Preset:
 _TOPOGRAPH_NEW = "fabric.topograph.run/tier-"
 _TOPOGRAPH_OLD = "network.topology.nvidia.com/"
 
+_SUPERPOD_LEVELS = (PresetLevel(_TOPOGRAPH_NEW + "2", 0, "core-{i}", min_nodes=128),
+                    PresetLevel(_TOPOGRAPH_NEW + "1", 128, "spine-group-{i:02d}"),
+                    PresetLevel(_TOPOGRAPH_NEW + "0", 32, "su-{i:03d}"))
+"""The DGX SuperPOD fabric of the HGX presets: 32-node scalable units, spine groups of 4 SUs, a core."""
+
 PRESETS: dict[str, Preset] = {
     "hgx-h100": Preset(
         "hgx-h100", "DGX H100 SuperPOD-like: 32-node scalable units, spine groups of 4 SUs, core",
         8, "NVIDIA-H100-80GB-HBM3", "dgx-h100", "amd64", "224", "2063937852Ki", "dgx-h100-{i:04d}",
-        (PresetLevel(_TOPOGRAPH_NEW + "2", 0, "core-{i}", min_nodes=128),
-         PresetLevel(_TOPOGRAPH_NEW + "1", 128, "spine-group-{i:02d}"),
-         PresetLevel(_TOPOGRAPH_NEW + "0", 32, "su-{i:03d}")),
+        _SUPERPOD_LEVELS,
         "hgx-h100"),
     "hgx-h200": Preset(
         "hgx-h200", "DGX H200 SuperPOD-like: the hgx-h100 layout with 8 x H200 141 GB per node",
         8, "NVIDIA-H200", "dgx-h200", "amd64", "224", "2063937852Ki", "dgx-h200-{i:04d}",
-        (PresetLevel(_TOPOGRAPH_NEW + "2", 0, "core-{i}", min_nodes=128),
-         PresetLevel(_TOPOGRAPH_NEW + "1", 128, "spine-group-{i:02d}"),
-         PresetLevel(_TOPOGRAPH_NEW + "0", 32, "su-{i:03d}")),
+        _SUPERPOD_LEVELS,
         "hgx-h100"),
     "hgx-b200": Preset(
         "hgx-b200", "DGX B200 SuperPOD-like: the hgx-h100 layout with 8 x B200 (NVLink 5) per node",
         8, "NVIDIA-B200", "dgx-b200", "amd64", "224", "2063937852Ki", "dgx-b200-{i:04d}",
-        (PresetLevel(_TOPOGRAPH_NEW + "2", 0, "core-{i}", min_nodes=128),
-         PresetLevel(_TOPOGRAPH_NEW + "1", 128, "spine-group-{i:02d}"),
-         PresetLevel(_TOPOGRAPH_NEW + "0", 32, "su-{i:03d}")),
+        _SUPERPOD_LEVELS,
         "hgx-b200"),
     "gb200-nvl72": Preset(
         "gb200-nvl72", "GB200 NVL72 racks: 18 x 4-GPU trays per NVLink domain, 8-rack leaf groups",

@@ -37,8 +37,9 @@ def choose_index(member: Any, uid: str, name: str, previous: Any, members: Itera
     slots = dict(entry.slots) if entry is not None else {}
     taken |= {i for i, slot in slots.items() if slot.pod not in (None, name) and live_pod(slot.pod)}
     size = member.size
-    allowed = _sub_group_block(member, uid, members)
-    taken |= set(range(size)) - allowed
+    block = _sub_group_block(member, uid, members)
+    if block is not None:
+        taken |= set(range(size)) - block
     earlier = previous.member if previous is not None else None
     if earlier is not None and earlier.gang_key == member.gang_key and not earlier.own_index \
             and earlier.index < size and (earlier.index not in taken or terminating):
@@ -51,11 +52,11 @@ def choose_index(member: Any, uid: str, name: str, previous: Any, members: Itera
     return min(held) if held else (free[0] if free else None)
 
 
-def _sub_group_block(member: Any, uid: str, members: list[tuple[str, Any]]) -> set[int]:
-    """The indexes `member` may take: every one, or its sub-group's block (see the module docstring)."""
+def _sub_group_block(member: Any, uid: str, members: list[tuple[str, Any]]) -> set[int] | None:
+    """The indexes of `member`'s sub-group's block (see the module docstring); None for a member of no sub-group."""
     width = member.constraint.slice_size
     if member.sub_group is None or not width:
-        return set(range(member.size))
+        return None
     mine, others = set(), set()
     for u, record in members:
         other = record.member

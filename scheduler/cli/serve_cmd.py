@@ -28,7 +28,7 @@ def split_objects(objects: list[dict]) -> tuple[list[dict], list[dict], list[dic
 
 def embedded_state(cluster: Path, config: Any, tolerations: list[str], ttl: float):
     """A `ClusterState` loaded from a NodeList / List file, plus the in-memory binder."""
-    from scheduler.service.binder_memory import MemoryBinder
+    from scheduler.service.binding.binder_memory import MemoryBinder
     from scheduler.cache.state import ClusterState
     from topology.loaders import read_objects
 
@@ -81,7 +81,7 @@ def kube_direct_binding(state: Any, binder: Any, fence_seconds: float, workers: 
     nominations written through the binder's API client."""
     from scheduler.kube.binder import KubeNominator
     from scheduler.kube.node_fit import state_collision_check, state_fit_check
-    from scheduler.service.binding_wiring import DirectBinding
+    from scheduler.service.binding.binding_wiring import DirectBinding
 
     return DirectBinding(state_fit_check(state), state_collision_check(state), KubeNominator(binder.api_client),
                          fence_seconds, workers, backlog_limit, always_nominate)
@@ -119,11 +119,11 @@ def kube_rank_table_publisher(binder: Any):
 
 def _start_grpc(scheduler, port: int, host: str, tls: Any = None, auth: Any = None):
     try:
-        from scheduler.service.grpc_service import serve_grpc
+        from scheduler.service.verbs.grpc_service import serve_grpc
     except ImportError as exc:  # grpc stubs missing from a slim install
         log.warning("gRPC disabled: %s", exc)
         return None
-    from scheduler.service.server import check_free
+    from scheduler.service.ops.server import check_free
 
     check_free(host, port, "gRPC")
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -139,7 +139,7 @@ def default_host(cluster: Optional[Path]) -> str:
 def check_flags(port: int, grpc_port: int, reservation_ttl: float, cluster: Optional[Path],
                 kubeconfig: Optional[Path]) -> str:
     """The one-line reason the flags cannot work together ("" when they can)."""
-    from scheduler.service.server import check_port
+    from scheduler.service.ops.server import check_port
 
     if cluster is not None and kubeconfig is not None:
         return "use either --cluster (embedded mode) or --kubeconfig (real mode), not both"
@@ -282,9 +282,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the kube-scheduler extender, Volcano extender, gRPC placement API and metrics."""
         from scheduler.service.app import build_scheduler, create_app
-        from scheduler.service.gcpolicy import GcPolicy
-        from scheduler.service.logs import configure_logging
-        from scheduler.service.server import PortError, bind_http_socket, serve_http
+        from scheduler.service.ops.gcpolicy import GcPolicy
+        from scheduler.service.ops.logs import configure_logging
+        from scheduler.service.ops.server import PortError, bind_http_socket, serve_http
 
         reason = check_flags(port, grpc_port, reservation_ttl, cluster, kubeconfig)
         host = host or default_host(cluster)
@@ -303,10 +303,10 @@ def register(app: typer.Typer) -> None:
             reason = f"--bind-backlog must be between 1 and 100000, got {bind_backlog}"
         if not reason and not 0 <= bind_fence_seconds <= 60:
             reason = f"--bind-fence-seconds must be between 0 and 60, got {bind_fence_seconds}"
-        from scheduler.service.metrics import metrics_port_problem, start_metrics_server
+        from scheduler.service.ops.metrics import metrics_port_problem, start_metrics_server
 
         reason = reason or metrics_port_problem(metrics_port, port, grpc_port)
-        from scheduler.service.failures import failure_options_from_flags
+        from scheduler.service.lifecycle.failures import failure_options_from_flags
 
         try:
             failure_options = failure_options_from_flags(replace_unhealthy, unhealthy_grace, unhealthy_condition,
@@ -325,7 +325,7 @@ def register(app: typer.Typer) -> None:
             configure_logging(log_format, log_level.lower())
         except ValueError as exc:
             fail(str(exc))
-        from scheduler.service.tls import security_from_flags
+        from scheduler.service.ops.tls import security_from_flags
 
         try:  # TLS files and the verb token: checked before any port is taken
             tls, verb_auth = security_from_flags(tls_cert_file, tls_private_key_file, client_ca_file,
@@ -335,7 +335,7 @@ def register(app: typer.Typer) -> None:
         try:
             http_socket = bind_http_socket(host, port)  # first: a taken port fails before any work
             if metrics_port:
-                from scheduler.service.server import check_free
+                from scheduler.service.ops.server import check_free
 
                 check_free(host, metrics_port, "metrics (--metrics-port)")
         except PortError as exc:
@@ -364,7 +364,7 @@ def register(app: typer.Typer) -> None:
                 if group_cycle:
                     from plugins.gangs.workload_api import NAME as WORKLOAD_API
                     scheduler.lifecycle.group_cycle_sources = frozenset({WORKLOAD_API})
-                from scheduler.service.failures import install_failure_handling
+                from scheduler.service.lifecycle.failures import install_failure_handling
 
                 scheduler.failures = install_failure_handling(scheduler, metrics, failure_options)
                 if metrics_port:  # the same registry as /metrics on --port; a standby serves it too
@@ -373,7 +373,7 @@ def register(app: typer.Typer) -> None:
                              extra={"metrics_port": metrics_port})
                 grpc_server = _start_grpc(scheduler, grpc_port, host, tls, verb_auth) if grpc_port and not leader else None
                 if grpc_port and leader:  # a standby has no gRPC listener; check the port now, start it when leading
-                    from scheduler.service.server import check_free
+                    from scheduler.service.ops.server import check_free
 
                     check_free(host, grpc_port, "gRPC")
             except (ValueError, OSError, ImportError) as exc:

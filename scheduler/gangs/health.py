@@ -1,6 +1,6 @@
 """Which nodes count as failed: the configurable unhealthy-node sources, and when each node failed.
 
-A gang member bound to a failed node is replaced (`scheduler.service.replacement`); a failed node is
+A gang member bound to a failed node is replaced (`scheduler.service.lifecycle.replacement`); a failed node is
 also unschedulable for new placements.  Sources (`NodeHealthSources`, a strict pydantic model):
 
 - `not_ready`: the `Ready` condition is `False` or `Unknown` (kubelet stopped reporting);

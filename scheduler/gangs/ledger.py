@@ -11,7 +11,7 @@ The gang guarantee lives here: a TTL (refreshed whenever a member makes progress
 gangs with *no* member bound or binding.  Once one member is bound, every other slot stays held
 while the gang exists -- a deleted member's slot is kept for its replacement, on the same node --
 and the gang is either completed or rolled back whole by `GangScheduler` (see
-`scheduler.service.gang_lifecycle`), never left partly bound by a timer.
+`scheduler.service.lifecycle.gang_lifecycle`), never left partly bound by a timer.
 
 Once a member binds, its `meshfit.io/*` annotations fix what every later member must agree with:
 the rendezvous address (pod 0's node) and the rank order.  The entry keeps that as `given`
@@ -84,8 +84,8 @@ class Reservation:
     """Uids of members meshfit evicted to replace them, bound with `given` and still present (terminating): their
     processes may still run with that rendezvous, so pod 0 stays on it until they are gone, as if they were bound."""
     elastic: dict | None = None
-    """Elastic gangs: `{"min_dp", "max_dp", "dp", "generation"}` (set by `scheduler.service.elastic`; published
-    in the rank table so launchers can follow resizes); None for a fixed-size gang."""
+    """Elastic gangs: `{"min_dp", "max_dp", "dp", "generation"}` (set by `scheduler.service.lifecycle.elastic`;
+    published in the rank table so launchers can follow resizes); None for a fixed-size gang."""
 
     @property
     def gang_key(self) -> str:
@@ -158,7 +158,7 @@ class ReservationLedger:
         self._next_expiry = math.inf
         """No entry with reserved slots expires before this (a lower bound, exact after each scan)."""
         self.normalize_given: Callable[[Reservation, GivenRendezvous], GivenRendezvous] | None = None
-        """Maps a member's stated rendezvous before `note_given` compares it (`scheduler.service.elastic`)."""
+        """Maps a member's stated rendezvous before `note_given` compares it (`scheduler.service.lifecycle.elastic`)."""
 
     # ----- assume / commit / discard ---------------------------------------------------------
     def reserve(self, placement: Placement, indices: list[int] | None = None) -> Reservation:

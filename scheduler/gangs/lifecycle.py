@@ -10,9 +10,9 @@ A gang's phase is *derived* from the ledger entry, the queue and the rollbacks i
 machine can never disagree with the state decisions are made on; `GangStateMachine.observe` is called after
 every decision (and by the periodic pass), turns a phase change into its named transition, and calls the
 listeners attached to it.  A change the table does not allow is recorded as `unexpected` (logged and counted:
-a bug, never silently accepted).  What attaches where (`scheduler.service.gang_lifecycle` wires it):
+a bug, never silently accepted).  What attaches where (`scheduler.service.lifecycle.gang_lifecycle` wires it):
 
-- `reserved`, `repaired`: the direct binder starts the members' Bindings (`scheduler.service.gang_binding`);
+- `reserved`, `repaired`: the direct binder starts the members' Bindings (`scheduler.service.binding.gang_binding`);
 - `bound`: the "all pods bound" milestone (log, Event) and the rank table;
 - `rolled-back`: Events on the members; `member-lost`: replacement and spares take over;
 - every transition is counted in `meshfit_gang_transitions_total{transition}`.

@@ -46,7 +46,7 @@ class GangMembership:
     placement_key: str | None = None
     """A node label kube-scheduler's own group cycle places this gang by (a 1.36 PodGroup's topology key): each
     `/filter` offers the nodes of one domain of it, so a reserved node missing from an offer may just be in
-    another candidate placement (`scheduler.service.scheduling`)."""
+    another candidate placement (`scheduler.service.verbs.scheduling`)."""
     own_index: bool = True
     """False: the pod carries no index of its own (a PodGroup member); `index` is meshfit's stable choice, made by
     `scheduler.gangs.stable_index` when the pod enters the cluster state, and written to the pod with its ranks."""

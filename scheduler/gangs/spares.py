@@ -1,6 +1,6 @@
 """Spare capacity: which nodes are held back per leaf domain, and the order replacements try nodes in.
 
-Shared by the service (`scheduler.service.spare_pool`, `scheduler.service.replacement`) and the
+Shared by the service (`scheduler.service.lifecycle.spare_pool`, `scheduler.service.lifecycle.replacement`) and the
 simulator (`simulations.recovery`), so the same code decides in both:
 
 - `leaf_of`: a node's leaf domain, the smallest domain holding it and at least one other node

@@ -139,8 +139,8 @@ def _rank_table_progress(path: Path, assignment: PodAssignment) -> tuple[RankTab
 def _grpc_progress(address: str, assignment: PodAssignment) -> tuple[bool, str]:
     import grpc
 
-    from scheduler.service.proto.meshfit.v1 import placement_pb2 as pb
-    from scheduler.service.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc
+    from scheduler.service.verbs.proto.meshfit.v1 import placement_pb2 as pb
+    from scheduler.service.verbs.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc
 
     with grpc.insecure_channel(address) as channel:
         stub = pb_grpc.PlacementStub(channel)

@@ -16,7 +16,7 @@ import secrets
 from typing import Any
 
 from scheduler.kube.api import ApiStatusError, request_bytes
-from scheduler.service.actions import EVENT_NORMAL, PodRef
+from scheduler.service.lifecycle.actions import EVENT_NORMAL, PodRef
 
 MERGE_PATCH = "application/merge-patch+json"
 ANNOTATION_RESERVED_NODE = "meshfit.io/reserved-node"
@@ -29,7 +29,7 @@ def _now() -> str:
 
 
 class KubeActions:
-    """Implements `scheduler.service.actions.ClusterActions` with the official client's ApiClient."""
+    """Implements `scheduler.service.lifecycle.actions.ClusterActions` with the official client's ApiClient."""
 
     def __init__(self, api_client: Any, timeout: float = 10.0) -> None:
         self.api_client = api_client

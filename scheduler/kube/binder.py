@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from scheduler.kube.api import ApiStatusError, request_bytes
-from scheduler.service.binding import BindConflict
+from scheduler.service.binding.binder import BindConflict
 
 
 class BindError(RuntimeError):

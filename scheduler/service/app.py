@@ -20,13 +20,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from scheduler.service import extender, volcano
-from scheduler.service.actions import ClusterActions
-from scheduler.service.binding import Binder, RankTablePublisher
-from scheduler.service.gcpolicy import GcPolicy
-from scheduler.service.ranktables import lookup_rank_table
-from scheduler.service.metrics import ServiceMetrics
-from scheduler.service.scheduling import GangScheduler
+from scheduler.service.verbs import extender, volcano
+from scheduler.service.lifecycle.actions import ClusterActions
+from scheduler.service.binding.binder import Binder, RankTablePublisher
+from scheduler.service.ops.gcpolicy import GcPolicy
+from scheduler.service.binding.ranktables import lookup_rank_table
+from scheduler.service.ops.metrics import ServiceMetrics
+from scheduler.service.verbs.scheduling import GangScheduler
 from scheduler.cache.state import ClusterState
 
 JSON = "application/json"
@@ -58,7 +58,7 @@ def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit"
     or stay in memory (`MemoryRankTables`, the embedded mode) when it is None; requeues, evictions
     and Events go to `actions` (real mode: `scheduler.kube.actions.KubeActions`, else recorded in
     memory).  `options` go to `GangScheduler` (e.g. `completion_timeout`), except `failures`: a
-    `scheduler.service.failures.FailureOptions` that installs failure replacement and spares (the result
+    `scheduler.service.lifecycle.failures.FailureOptions` that installs failure replacement and spares (the result
     is kept as `scheduler.failures`).
     """
     from scheduler.placement.policy import get_policy
@@ -71,7 +71,7 @@ def build_scheduler(state: ClusterState, binder: Binder, policy: str = "meshfit"
                               on_publish_failed=metrics.observe_publish_failure, actions=actions, **options)
     metrics.watch_scheduler(scheduler)
     if failures is not None:
-        from scheduler.service.failures import install_failure_handling
+        from scheduler.service.lifecycle.failures import install_failure_handling
 
         scheduler.failures = install_failure_handling(scheduler, metrics, failures)
     return scheduler, metrics
@@ -139,7 +139,7 @@ class FastVerbs:
         self.calls = calls
         self.state = app.state
         self.max_body_bytes = max_body_bytes
-        self.authorize = authorize  # scheduler.service.tls.VerbAuth: who may call the verbs (None: anyone)
+        self.authorize = authorize  # scheduler.service.ops.tls.VerbAuth: who may call the verbs (None: anyone)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -245,7 +245,7 @@ def _routes(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callable[[
         return JSONResponse({"gangs": scheduler.gangs()})
 
     async def spares(_: Request) -> Response:
-        from scheduler.service.failures import spares_json
+        from scheduler.service.lifecycle.failures import spares_json
 
         return JSONResponse(spares_json(scheduler))
 
@@ -269,7 +269,7 @@ def create_app(scheduler: GangScheduler, metrics: ServiceMetrics, ready: Callabl
                sweep_seconds: float = 1.0, gc_policy: GcPolicy | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, authorize: Any = None) -> FastVerbs:
     """The ASGI app serving every verb of one scheduler (with `gc_policy`, its sweeper also re-freezes
-    the long-lived state for the garbage collector after rebuilds; see `scheduler.service.gcpolicy`)."""
+    the long-lived state for the garbage collector after rebuilds; see `scheduler.service.ops.gcpolicy`)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette):

@@ -99,7 +99,7 @@ def test_filter_first_member_places_gang_16384_gpus(benchmark, tmp_path):
 def in_process():
     """A scheduler over 5,000 hgx-h100 nodes without HTTP, for handler-only timings."""
     from scheduler.service.app import build_scheduler
-    from scheduler.service.binder_memory import MemoryBinder
+    from scheduler.service.binding.binder_memory import MemoryBinder
     from scheduler.cache.state import ClusterState
 
     def make(nodes: int):
@@ -113,7 +113,7 @@ def in_process():
 
 
 def test_filter_handler_reserved_member_5000_nodes(benchmark, in_process):
-    from scheduler.service.extender import handle_filter
+    from scheduler.service.verbs.extender import handle_filter
 
     scheduler, names = in_process(pick(500, 5000))
     handle_filter(scheduler, filter_body(gang_member("r", 0, 8), names))
@@ -123,7 +123,7 @@ def test_filter_handler_reserved_member_5000_nodes(benchmark, in_process):
 
 
 def test_filter_handler_first_member_16384_gpus(benchmark, in_process):
-    from scheduler.service.extender import handle_filter
+    from scheduler.service.verbs.extender import handle_filter
 
     scheduler, names = in_process(pick(256, 2048))
     gangs = pick(24, 120)
@@ -137,11 +137,11 @@ def test_filter_handler_first_member_16384_gpus(benchmark, in_process):
 @pytest.mark.parametrize("frozen", [False, True], ids=["not-frozen", "frozen-after-load"])
 def test_full_gc_pause_with_250_gangs_placed_16384_gpus(benchmark, in_process, frozen):
     """A full collection's pause once 250 gangs hold reservations, with and without `GcPolicy`'s freeze
-    after the load (`scheduler.service.gcpolicy`); the pytest process's own heap is counted in both."""
+    after the load (`scheduler.service.ops.gcpolicy`); the pytest process's own heap is counted in both."""
     import gc
 
-    from scheduler.service.extender import handle_filter
-    from scheduler.service.gcpolicy import collect_and_freeze
+    from scheduler.service.verbs.extender import handle_filter
+    from scheduler.service.ops.gcpolicy import collect_and_freeze
 
     scheduler, names = in_process(pick(256, 2048))
     if frozen:

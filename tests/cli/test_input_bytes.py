@@ -133,7 +133,7 @@ def _serve_nothing(*args, **kwargs) -> _Served:
 @pytest.fixture(autouse=True)
 def no_serving(monkeypatch):
     """`meshfit serve` returns at once instead of serving when it accepts its input (exit 0: the test fails)."""
-    from scheduler.service import server
+    from scheduler.service.ops import server
 
     monkeypatch.setattr(server, "serve_http", _serve_nothing)
 

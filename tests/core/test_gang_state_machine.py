@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.gangs.lifecycle import TRANSITIONS, GangStateMachine, Phase, phase_of
-from scheduler.service.actions import MemoryActions
+from scheduler.service.lifecycle.actions import MemoryActions
 
 from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_service
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from scheduler.service.bind_verb import GATE_SECONDS
+from scheduler.service.verbs.bind_verb import GATE_SECONDS
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 

@@ -113,8 +113,8 @@ def dashboard() -> dict:
 def exported_metric_families() -> set[str]:
     """Every metric family the service's app exports (as `meshfit serve` builds it), GC pauses included."""
     from scheduler.service.app import build_scheduler  # noqa: PLC0415
-    from scheduler.service.binder_memory import MemoryBinder  # noqa: PLC0415
-    from scheduler.service.failures import FailureOptions  # noqa: PLC0415
+    from scheduler.service.binding.binder_memory import MemoryBinder  # noqa: PLC0415
+    from scheduler.service.lifecycle.failures import FailureOptions  # noqa: PLC0415
     from scheduler.cache.state import ClusterState  # noqa: PLC0415
 
     _, metrics = build_scheduler(ClusterState(), MemoryBinder(), "first-fit", failures=FailureOptions())

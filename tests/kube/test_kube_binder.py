@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.kube.binder import BindError, KubeBinder
 from scheduler.kube.configmap import ConfigMapError, publish_configmap
-from scheduler.service.binding import BindConflict
+from scheduler.service.binding.binder import BindConflict
 from tests.kube.gang_builders import make_pod
 
 ASSIGNMENT = {"meshfit.io/ranks": "8-15", "meshfit.io/rank-order": "tp-cp-ep-dp-pp", "meshfit.io/master-addr": "n0"}

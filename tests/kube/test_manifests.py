@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from scheduler.handoff.manifests import load_job
-from scheduler.service import volcano
+from scheduler.service.verbs import volcano
 from tests.kube.kustomize_render import COMPONENTS, base_files, combination_id, render
 from tests.kube.manifest_schemas import SCHEMAS, VOLCANO_EXTENDER_ARGUMENTS, VOLCANO_SCHEDULER_CONF
 from tests.kube.strict_models import check_model, validate_core_object
@@ -144,7 +144,7 @@ def served_status(path: str) -> int:
     from starlette.testclient import TestClient  # noqa: PLC0415
 
     from scheduler.service.app import build_scheduler, create_app  # noqa: PLC0415
-    from scheduler.service.binder_memory import MemoryBinder  # noqa: PLC0415
+    from scheduler.service.binding.binder_memory import MemoryBinder  # noqa: PLC0415
     from scheduler.cache.state import ClusterState  # noqa: PLC0415
 
     scheduler, metrics = build_scheduler(ClusterState(), MemoryBinder(), "first-fit")

@@ -61,7 +61,7 @@ def adapter_requests() -> set[tuple[str, str, str]]:
     from scheduler.kube.actions import KubeActions  # noqa: PLC0415
     from scheduler.kube.binder import KubeBinder  # noqa: PLC0415
     from scheduler.kube.configmap import publish_configmap  # noqa: PLC0415
-    from scheduler.service.actions import PodRef  # noqa: PLC0415
+    from scheduler.service.lifecycle.actions import PodRef  # noqa: PLC0415
 
     client = RecordingApiClient()
     pod = PodRef("ml", "w-0", "uid-0")

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from scheduler.service.tls import security_from_flags
+from scheduler.service.ops.tls import security_from_flags
 from tests.kube.test_image_and_dashboard import cli_accepts
 from tests.kube.test_manifests import DOCS, REPO, find, meshfit_pod_spec, service_url, validate
 
@@ -71,7 +71,7 @@ def test_probes_use_https_on_paths_the_service_answers():
 
     from scheduler.cache.state import ClusterState  # noqa: PLC0415
     from scheduler.service.app import build_scheduler, create_app  # noqa: PLC0415
-    from scheduler.service.binder_memory import MemoryBinder  # noqa: PLC0415
+    from scheduler.service.binding.binder_memory import MemoryBinder  # noqa: PLC0415
 
     container = meshfit_container()
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "extender", "scheme": "HTTPS"}

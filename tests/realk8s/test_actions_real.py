@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.kube.actions import ANNOTATION_RESERVED_NODE, KubeActions
 from scheduler.kube.binder import KubeBinder
-from scheduler.service.actions import EVENT_WARNING, PodRef
+from scheduler.service.lifecycle.actions import EVENT_WARNING, PodRef
 from tests.realk8s.cluster_builders import create_nodes, gang_pod_body
 
 pytestmark = [pytest.mark.realk8s, pytest.mark.k8s_versions(

@@ -241,7 +241,7 @@ def test_meshfit_rbac_allows_every_call_meshfit_makes_and_no_more(kube):
     from scheduler.kube.actions import KubeActions
     from scheduler.kube.binder import KubeBinder
     from scheduler.kube.configmap import publish_configmap
-    from scheduler.service.actions import PodRef
+    from scheduler.service.lifecycle.actions import PodRef
 
     rbac = [d for f, d in manifest_objects() if f == "kustomize" and d["metadata"]["labels"]["app.kubernetes.io/name"] == "meshfit"
             and d["kind"] in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]

@@ -9,9 +9,9 @@ from pathlib import Path
 from starlette.testclient import TestClient
 
 from scheduler.service.app import build_scheduler, create_app
-from scheduler.service.binder_memory import MemoryBinder
-from scheduler.service.metrics import ServiceMetrics
-from scheduler.service.scheduling import GangScheduler
+from scheduler.service.binding.binder_memory import MemoryBinder
+from scheduler.service.ops.metrics import ServiceMetrics
+from scheduler.service.verbs.scheduling import GangScheduler
 from scheduler.cache.state import ClusterState
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "kube-scheduler-v1.26"
@@ -29,8 +29,8 @@ def memory_direct_binding(state: ClusterState, fence_seconds: float = 2.0, worke
     """The direct binder's parts as Kubernetes mode wires them, with nominations applied to `state` in memory (or
     written by `nominator`)."""
     from scheduler.kube.node_fit import state_collision_check, state_fit_check
-    from scheduler.service.binder_memory import MemoryNominator
-    from scheduler.service.binding_wiring import DirectBinding
+    from scheduler.service.binding.binder_memory import MemoryNominator
+    from scheduler.service.binding.binding_wiring import DirectBinding
 
     return DirectBinding(state_fit_check(state), state_collision_check(state), nominator or MemoryNominator(state),
                          fence_seconds, workers, backlog_limit, always_nominate)

@@ -11,10 +11,10 @@ from starlette.testclient import TestClient
 from scheduler.cache.state import ClusterState
 from scheduler.gangs.ledger import SLOT_BINDING, SLOT_RELEASED
 from scheduler.kube.node_fit import pod_needs, state_fit_check
-from scheduler.service.actions import MemoryActions
+from scheduler.service.lifecycle.actions import MemoryActions
 from scheduler.service.app import build_scheduler, create_app
-from scheduler.service.binder_memory import MemoryBinder
-from scheduler.service.binding import BindConflict
+from scheduler.service.binding.binder_memory import MemoryBinder
+from scheduler.service.binding.binder import BindConflict
 
 from tests.service.helpers import (
     FakeClock, Service, filter_nodes, gang_pod, make_nodes, make_pod, memory_direct_binding,

@@ -119,7 +119,7 @@ def test_a_member_whose_bind_gate_timed_out_is_bound_by_meshfit_with_its_peers(m
     """At 5,000 nodes on 1.26, 180 gangs ended partly bound: kube-scheduler's /bind of a member timed out at the gate
     while its peers were being nominated, and meshfit still counted the member as kube-scheduler's to bind, so the
     peers bound without it and kube-scheduler (which parks a pod whose binding failed) did not come back to it."""
-    from scheduler.service import bind_verb
+    from scheduler.service.verbs import bind_verb
 
     monkeypatch.setattr(bind_verb, "GATE_SECONDS", 0.1)
     service = direct_service(cpu_nodes(2))
@@ -137,7 +137,7 @@ def test_a_member_whose_bind_gate_timed_out_is_bound_by_meshfit_with_its_peers(m
 def test_a_member_told_its_node_whose_bind_never_comes_is_taken_back():
     """kube-scheduler was told g-0's node at /filter and never called /bind (its cycle failed later, or it
     restarted): after `KUBE_TOLD_SECONDS` meshfit binds g-0 with its peer itself."""
-    from scheduler.service.gang_nominations import KUBE_TOLD_SECONDS
+    from scheduler.service.binding.gang_nominations import KUBE_TOLD_SECONDS
 
     service = direct_service(cpu_nodes(2))
     pods = gang("g", 2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from scheduler.service.actions import MemoryActions
+from scheduler.service.lifecycle.actions import MemoryActions
 from tests.service.helpers import filter_nodes, gang_pod, make_node, make_nodes, make_pod, make_service
 
 

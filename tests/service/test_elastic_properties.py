@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from scheduler.service.actions import MemoryActions
+from scheduler.service.lifecycle.actions import MemoryActions
 from tests.service.helpers import filter_nodes, make_node, make_nodes, make_pod, make_service
 from tests.service.test_elastic_gangs import elastic_pod
 from tests.sizes import examples

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.service.actions import MemoryActions
+from scheduler.service.lifecycle.actions import MemoryActions
 from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_pod, make_service
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scheduler.service.actions import ActionDispatcher, MemoryActions, PodRef
-from scheduler.service.gang_notices import RESERVED_NOTICE_SECONDS, ReservedNotices
+from scheduler.service.lifecycle.actions import ActionDispatcher, MemoryActions, PodRef
+from scheduler.service.lifecycle.gang_notices import RESERVED_NOTICE_SECONDS, ReservedNotices
 from tests.service.helpers import FakeClock, filter_nodes, gang_pod
 from tests.service.test_gang_lifecycle import bind_gang, service_with
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.service.kueue_checks import PENDING, READY, REJECTED, RETRY, KueueCheckController
+from scheduler.service.kueue.kueue_checks import PENDING, READY, REJECTED, RETRY, KueueCheckController
 from tests.service.helpers import filter_nodes, make_nodes, make_service
 
 NS = "ml"

@@ -4,8 +4,8 @@ equal priorities, `preemptionPolicy: Never`, other profiles or pods that fit."""
 
 from __future__ import annotations
 
-from scheduler.service.actions import MemoryActions
-from scheduler.service.lone_preemption import HOLD_SECONDS, REEVICT_SECONDS, WAIT_SECONDS, lone_hold_key
+from scheduler.service.lifecycle.actions import MemoryActions
+from scheduler.service.lifecycle.lone_preemption import HOLD_SECONDS, REEVICT_SECONDS, WAIT_SECONDS, lone_hold_key
 from tests.service.helpers import filter_nodes, make_nodes, make_pod, make_service
 from tests.service.test_preemption_flow import evicted, running
 

@@ -6,7 +6,7 @@ import threading
 
 from scheduler.gangs.ledger import SLOT_RESERVED
 from scheduler.gangs.rendezvous import given_from_annotations, given_from_assignment
-from scheduler.service.binding import bind_assignment
+from scheduler.service.binding.binder import bind_assignment
 
 from tests.service.helpers import filter_nodes, make_pod
 from tests.service.test_direct_binding import bound, direct_service, fit_nodes, members, watch

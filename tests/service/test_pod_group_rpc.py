@@ -9,11 +9,11 @@ import pytest
 
 from scheduler.gangs.ledger import SLOT_BOUND, SLOT_RESERVED
 from scheduler.handoff.assignment import parse_assignment
-from scheduler.service.actions import MemoryActions
-from scheduler.service.grpc_service import serve_grpc
-from scheduler.service.pod_group_rpc import place_pod_group
-from scheduler.service.proto.meshfit.v1 import placement_pb2 as pb
-from scheduler.service.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc
+from scheduler.service.lifecycle.actions import MemoryActions
+from scheduler.service.verbs.grpc_service import serve_grpc
+from scheduler.service.verbs.pod_group_rpc import place_pod_group
+from scheduler.service.verbs.proto.meshfit.v1 import placement_pb2 as pb
+from scheduler.service.verbs.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc
 from tests.service.helpers import gang_pod, make_pod, make_service
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.service.actions import MemoryActions
-from scheduler.service.preemption_flow import REEVICT_SECONDS
+from scheduler.service.lifecycle.actions import MemoryActions
+from scheduler.service.lifecycle.preemption_flow import REEVICT_SECONDS
 from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_pod, make_service
 
 RACK0 = {f"n-0-{i}" for i in range(4)}

@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timezone
 
 from scheduler.gangs.restart import partly_bound_for
-from scheduler.service.gang_repairs import REBUILT_GRACE_SECONDS
+from scheduler.service.lifecycle.gang_repairs import REBUILT_GRACE_SECONDS
 
 from tests.service.helpers import gang_pod, make_nodes, make_service
 

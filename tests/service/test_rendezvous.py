@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 
 
-from scheduler.service.actions import MemoryActions
-from scheduler.service.binder_memory import MemoryBinder
+from scheduler.service.lifecycle.actions import MemoryActions
+from scheduler.service.binding.binder_memory import MemoryBinder
 
 from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_service
 

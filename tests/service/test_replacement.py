@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from scheduler.gangs.health import NodeHealthSources
-from scheduler.service.actions import MemoryActions
-from scheduler.service.failures import FailureOptions
+from scheduler.service.lifecycle.actions import MemoryActions
+from scheduler.service.lifecycle.failures import FailureOptions
 from tests.service.helpers import filter_nodes, gang_pod, make_nodes, make_service
 
 RANKS = "meshfit.io/ranks"

@@ -12,9 +12,9 @@ from starlette.testclient import TestClient
 
 from scheduler.placement.jobs import MAX_GANG_PODS, JobSpecError
 from scheduler.service.app import build_scheduler, create_app
-from scheduler.service.binder_memory import MemoryBinder
-from scheduler.service.grpc_service import gang_from_spec
-from scheduler.service.proto.meshfit.v1 import placement_pb2 as pb
+from scheduler.service.binding.binder_memory import MemoryBinder
+from scheduler.service.verbs.grpc_service import gang_from_spec
+from scheduler.service.verbs.proto.meshfit.v1 import placement_pb2 as pb
 from tests.service.helpers import filter_nodes, gang_pod, make_pod, make_service
 
 VERBS = ["/filter", "/prioritize", "/bind", "/preempt", "/volcano/onSessionOpen", "/volcano/jobEnqueueable",

@@ -9,7 +9,7 @@ from scheduler.placement.engine import build_ranks, place
 from scheduler.placement.jobs import Gang, Parallelism, PodSlot
 from scheduler.gangs.reserve_ops import reserve_remaining
 from scheduler.gangs.ledger import ReservationLedger
-from scheduler.service.binding import reservation_placement
+from scheduler.service.binding.binder import reservation_placement
 from tests.builders import make_cluster
 from tests.service.helpers import FakeClock
 

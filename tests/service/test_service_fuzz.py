@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from scheduler.service.app import build_scheduler, create_app
-from scheduler.service.binder_memory import MemoryBinder
+from scheduler.service.binding.binder_memory import MemoryBinder
 from tests.service.helpers import filter_nodes, gang_pod, make_pod, make_service
 from tests.sizes import examples
 

@@ -10,9 +10,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from scheduler.service.app import build_scheduler, create_app
-from scheduler.service.binder_memory import MemoryBinder
-from scheduler.service.gcpolicy import GcPauseRecorder, GcPolicy, collect_and_freeze
-from scheduler.service.metrics import LATENCY_BUCKETS, ServiceMetrics
+from scheduler.service.binding.binder_memory import MemoryBinder
+from scheduler.service.ops.gcpolicy import GcPauseRecorder, GcPolicy, collect_and_freeze
+from scheduler.service.ops.metrics import LATENCY_BUCKETS, ServiceMetrics
 from scheduler.cache.state import ClusterState
 
 from tests.service.helpers import FakeClock, make_node, make_nodes

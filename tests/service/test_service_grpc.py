@@ -6,9 +6,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from scheduler.service.grpc_service import SERVICE_NAME, serve_grpc
-from scheduler.service.proto.meshfit.v1 import placement_pb2 as pb
-from scheduler.service.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc
+from scheduler.service.verbs.grpc_service import SERVICE_NAME, serve_grpc
+from scheduler.service.verbs.proto.meshfit.v1 import placement_pb2 as pb
+from scheduler.service.verbs.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc
 from tests.service.helpers import make_service
 
 

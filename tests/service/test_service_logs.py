@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from scheduler.service.logs import configure_logging
+from scheduler.service.ops.logs import configure_logging
 from tests.service.helpers import gang_pod, make_service
 
 

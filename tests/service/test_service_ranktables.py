@@ -14,8 +14,8 @@ from scheduler.placement.jobs import Gang, Parallelism, PodSlot
 from scheduler.handoff.rank_table import (RANK_TABLE_KEY, configmap_name, encode_rank_table, parse_rank_table,
                                   rank_table_configmap, rank_table_document)
 from scheduler.service.app import build_scheduler, create_app
-from scheduler.service.binder_memory import MemoryBinder
-from scheduler.service.ranktables import MemoryRankTables
+from scheduler.service.binding.binder_memory import MemoryBinder
+from scheduler.service.binding.ranktables import MemoryRankTables
 from scheduler.cache.state import ClusterState
 from starlette.testclient import TestClient
 

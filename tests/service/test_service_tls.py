@@ -21,9 +21,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from scheduler.service.proto.meshfit.v1 import placement_pb2 as pb
-from scheduler.service.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc
-from scheduler.service.tls import PEER_STATE_KEY, PeerIdentity, VerbAuth, identity_of, security_from_flags
+from scheduler.service.verbs.proto.meshfit.v1 import placement_pb2 as pb
+from scheduler.service.verbs.proto.meshfit.v1 import placement_pb2_grpc as pb_grpc
+from scheduler.service.ops.tls import PEER_STATE_KEY, PeerIdentity, VerbAuth, identity_of, security_from_flags
 from tests.service.test_serve_cli import assert_one_line_error, cluster_file
 from tests.service.tls_served import MESHFIT, Served, call, client_context, filter_body, make_test_pki, openssl
 
@@ -276,8 +276,8 @@ def test_both_uvicorn_protocols_carry_the_peer_into_scope_state(pki, impl):
 
     import uvicorn
 
-    from scheduler.service.server import bind_http_socket
-    from scheduler.service.tls import ServerTLS, peer_protocol_class
+    from scheduler.service.ops.server import bind_http_socket
+    from scheduler.service.ops.tls import ServerTLS, peer_protocol_class
 
     if impl == "h11":
         from uvicorn.protocols.http.h11_impl import H11Protocol as base

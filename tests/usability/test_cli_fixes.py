@@ -66,7 +66,7 @@ def test_explain_with_a_tied_runner_up_says_tie_and_names_both_layouts(cluster_f
     (["--host", "0.0.0.0"], "0.0.0.0"),
 ], ids=["default-loopback", "explicit-host"])
 def test_embedded_serve_binds_loopback_by_default(cluster_file, monkeypatch, flags, expected):
-    from scheduler.service import server
+    from scheduler.service.ops import server
 
     seen = []
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.service.logs import configure_logging
+from scheduler.service.ops.logs import configure_logging
 from tests.k8s_double.server import ApiServerDouble
 from tests.service.test_direct_binding import direct_service
 from tests.skip_summary import SkipSummary

@@ -1,0 +1,1 @@
+"""Kueue: the admission check controller that reserves a Workload's gang before Kueue admits it."""

@@ -1,0 +1,1 @@
+"""Lifecycle: admission, repairs, notices, preemption, elastic resizing, replacement, spares, cluster actions."""

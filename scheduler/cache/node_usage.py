@@ -15,8 +15,7 @@ class NodeUsage:
     `requested`, `nominated_to`, `pods`, `_uid_by_name`, `gang_index`, `superseded` and `gang_evicted`)."""
 
     lock: Any
-    requested: dict
-    nominated_to: dict
+    room: Any
     pending_outside: dict
     outside_priorities: Any
     outside_since: dict
@@ -26,33 +25,6 @@ class NodeUsage:
     gang_index: dict
     superseded: set
     gang_evicted: Callable[[str, set[str]], None] | None
-
-    def _account(self, record: PodRecord, node: str | None) -> None:
-        """Count `record`'s requests on `node` (None: nowhere) in `requested`, moving them off where they were."""
-        if record.needs is None:
-            return
-        if record.accounted_on is not None:
-            used = self.requested.get(record.accounted_on, {})
-            for resource, value in record.needs.requests.items():
-                used[resource] = used.get(resource, 0) - value
-        record.accounted_on = node
-        if node is not None:
-            used = self.requested.setdefault(node, {})
-            for resource, value in record.needs.requests.items():
-                used[resource] = used.get(resource, 0) + value
-
-    def _nominate(self, record: PodRecord, present: bool) -> None:
-        """Keep `nominated_to` true for `record`: listed under its `status.nominatedNodeName` while it is `present`,
-        unbound, unfinished, not terminating and its needs are known (kube-scheduler's filters count such a pod
-        on that node for every pod of no higher priority; so does the direct binder)."""
-        if record.nominated_on is not None:
-            self.nominated_to.get(record.nominated_on, {}).pop(record.uid, None)
-            record.nominated_on = None
-        if present and record.nominated and not record.node and record.needs is not None \
-                and record.phase not in FINISHED_PHASES and not record.terminating:
-            self.nominated_to.setdefault(record.nominated, {})[record.uid] = record
-            record.nominated_on = record.nominated
-        self._track_outside(record, present)
 
     def _track_outside(self, record: PodRecord, present: bool) -> None:
         """Keep `pending_outside` true for `record`: an unbound, unfinished, live pod that is no gang member (kube-scheduler
@@ -92,7 +64,8 @@ class NodeUsage:
             record = self.pods.get(known) if known is not None else None
             if record is not None and (not uid or record.uid == uid):
                 record.nominated = node or ""
-                self._nominate(record, True)
+                self.room.observe_pod(record)
+                self._track_outside(record, True)
 
     def _live_member(self, name: str, namespace: str) -> bool:
         """True while pod `namespace/name` exists, is not finished and is not being deleted."""

@@ -44,10 +44,6 @@ class PodRecord:
     """`metadata.deletionTimestamp` is set: the pod is going (evicted, deleted); it still holds its node."""
     needs: Any = None
     """What kube-scheduler's node-local filters check of it (`ClusterState.needs_of`; None when not read)."""
-    accounted_on: str | None = field(default=None, repr=False, compare=False)
-    """The node its requests are counted on in `ClusterState.requested` (bookkeeping)."""
-    nominated_on: str | None = field(default=None, repr=False, compare=False)
-    """The node it is listed under in `ClusterState.nominated_to` (bookkeeping)."""
     since: str = ""
     """A gang member's RFC 3339 time of its latest step: bound, when it was bound (its `PodScheduled` condition's
     `lastTransitionTime`, which the API server sets with the Binding); else when it was created (`since_of`)."""

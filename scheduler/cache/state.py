@@ -27,6 +27,7 @@ from scheduler.cache.member_index import MemberIndexes
 from scheduler.cache.node_usage import NodeUsage
 from scheduler.cache.pod_reading import PodReading, _meta
 from scheduler.cache.request_pods import RequestPods
+from scheduler.cache.room_ledger import RoomLedger
 from scheduler.cache.state_objects import GangObjectsMixin
 from topology.builder import HOST_LABEL, HOST_LEVEL
 from topology.config import as_config
@@ -108,12 +109,10 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
         its controller recreates (the direct binder keeps the member's room counted there)."""
         self.relisted: Callable[[], None] | None = None
         """Called (under the lock) after a relist re-held the reservations (the direct binder recounts vacancies)."""
-        self.requested: dict[str, dict[str, Any]] = {}
-        """Node -> resource -> requests of the bound, unfinished pods there (pods with `needs` only)."""
-        self.nominated_to: dict[str, dict[str, PodRecord]] = {}
-        """Node -> uid -> unbound pods nominated there (`status.nominatedNodeName`; pods with `needs` only)."""
-        self.recent_binds: dict[str, float] = {}
-        """Node -> when meshfit last posted a Binding there: kube-scheduler's cache may not count it yet (`/guard`)."""
+        self.room = RoomLedger(self._slot_node, clock)
+        """Every node's room on every resource: one claim per pod or vacant gang slot (`scheduler.cache.room_ledger`).
+        Bound and nominated pods are claimed here from the watch; the direct binder holds, binds and keeps vacancies
+        through the same ledger."""
         self.pending_outside: dict[str, tuple[PodRecord, int, int]] = {}
         """Uid -> (record, first event, latest event) of unbound pods kube-scheduler binds without meshfit."""
         self.outside_since: dict[str, tuple[int, int, tuple]] = {}
@@ -134,8 +133,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
             self._objects_epoch += 1
             for obj in objects:
                 self._store_object(obj)
-            self.pods, self._uid_by_name, self.gang_index, self.requested, self.invalid_pods = {}, {}, {}, {}, {}
-            self.nominated_to, self.pending_outside, self._awaiting_index = {}, {}, {}
+            self.pods, self._uid_by_name, self.gang_index, self.invalid_pods = {}, {}, {}, {}
+            self.pending_outside, self._awaiting_index = {}, {}
             self.outside_priorities = Counter()
             records = [(self._record(pod), pod) for pod in pods]
             for record, _ in records:  # members with an index of their own first: they keep it
@@ -144,11 +143,18 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
             for record, pod in records:
                 if record.member is not None and not record.member.own_index:
                     self._index(self.give_index(record, pod))
+            self.room.keep_pods(self.pods)  # claims of pods the list no longer has go; the rest were observed afresh
             self._rebuild_topology()
             self._release_vanished_slots()
             self.rebuild_from_bound_pods()
             if self.relisted is not None:
                 self.relisted()
+
+    def _slot_node(self, gang_key: str, index: int) -> str | None:
+        """The node gang `gang_key`'s slot `index` is reserved or bound on (None: no such slot)."""
+        entry = self.ledger.get(gang_key)
+        slot = entry.slots.get(index) if entry is not None else None
+        return slot.node if slot is not None else None
 
     def _release_vanished_slots(self) -> None:
         for key, entry in list(self.ledger.entries.items()):
@@ -247,10 +253,9 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
     def _index(self, record: PodRecord) -> None:
         old = self.pods.get(record.uid)
         if old is not None and old is not record:
-            self._account(old, None)
-            self._nominate(old, False)
-        self._account(record, record.node)
-        self._nominate(record, True)
+            self._track_outside(old, False)
+        self.room.observe_pod(record)
+        self._track_outside(record, True)
         if old is not None and (old.namespace, old.name) != (record.namespace, record.name):
             self._forget(old)  # the uid now names another pod: the old one is gone, with its name, GPUs and slot
             old = None
@@ -268,8 +273,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
             self.gang_index.setdefault(record.member.gang_key, {})[record.uid] = record  # no member any more
 
     def _unindex(self, record: PodRecord) -> None:
-        self._account(record, None)
-        self._nominate(record, False)
+        self.room.observe_pod(record, present=False)
+        self._track_outside(record, False)
         self.pods.pop(record.uid, None)
         self.invalid_pods.pop(record.uid, None)
         if self._uid_by_name.get((record.namespace, record.name)) == record.uid:
@@ -344,9 +349,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
                 return
             record = self.pods[uid]
             record.node = node
-            self.recent_binds[node] = self.ledger.clock()
-            self._account(record, node)
-            self._nominate(record, True)
+            self.room.bound_by_meshfit(record, node)
+            self._track_outside(record, True)
             if record.member is not None and given is not None:
                 record.given = given
             self._hold(self.topology, record)
@@ -373,8 +377,8 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
             record = self.pod(namespace, name)
             if record is not None:
                 record.node = None
-                self._account(record, None)
-                self._nominate(record, True)
+                self.room.observe_pod(record)
+                self._track_outside(record, True)
                 self._hold(self.topology, record)
 
     # ----- restart ----------------------------------------------------------------------------

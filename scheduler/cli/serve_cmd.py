@@ -80,10 +80,10 @@ def kube_direct_binding(state: Any, binder: Any, fence_seconds: float, workers: 
     """The direct binder's parts in Kubernetes mode: node-fit and race checks over the watched state, and
     nominations written through the binder's API client."""
     from scheduler.kube.binder import KubeNominator
-    from scheduler.kube.node_fit import state_collision_check, state_fit_check
+    from scheduler.kube.node_fit import RoomFit
     from scheduler.service.binding.binding_wiring import DirectBinding
 
-    return DirectBinding(state_fit_check(state), state_collision_check(state), KubeNominator(binder.api_client),
+    return DirectBinding(RoomFit(state), KubeNominator(binder.api_client),
                          fence_seconds, workers, backlog_limit, always_nominate)
 
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, Callable, Container, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from kubernetes.utils import parse_quantity
+
+from scheduler.cache.room_ledger import slot_key
 
 POD_COUNT = "pods"
 NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
@@ -194,92 +196,76 @@ def fit_reason(needs: PodNeeds, node: Mapping[str, Any], used: Mapping[str, Deci
     return _resource_reason(needs, node, used)
 
 
-def state_fit_check(state: Any) -> Callable[..., str]:
-    """The direct binder's check over a `ClusterState`: the record's `needs` on the Node object the watch reported,
-    against what bound pods (`state.requested`), Bindings in flight there (`in_flight`) and unbound pods of no
-    lower priority nominated there (`state.nominated_to`: meshfit's own reserved members and preemptors waiting
-    for their victims, as kube-scheduler's filters count them) already take.  Nominated pods whose uid is in
-    `busy` (their Binding is in flight, so already in `in_flight`) are not counted twice.  Call it under the
-    state's lock."""
+def own_claims(record: Any) -> tuple[str, ...]:
+    """The room-ledger keys `record` itself may hold: its uid, and its gang slot's (a vacancy kept for it)."""
+    member = record.member
+    return (record.uid,) if member is None else (record.uid, slot_key(member.gang_key, member.index))
 
-    def fits(record: Any, node_name: str, in_flight: Mapping[str, Decimal], busy: Container[str] = ()) -> str:
-        node = state.nodes.get(node_name)
+
+class RoomFit:
+    """Fit answered in one place: a pod's `needs` against its Node object and the room ledger
+    (`scheduler.cache.room_ledger`), in one of its two views.  Call under the state's lock.
+
+    - `fits`: meshfit's view -- bound pods, everything meshfit holds, binds or keeps for missing members, members
+      kube-scheduler assumed, and nominations of no lower priority; the `/filter`, `/guard` and `/bind` answers, the
+      CPU-aware placement and the check before each Binding all ask it.
+    - `collides`: kube-scheduler's view for a pod it places itself (bound pods, members it assumed, nominations it
+      honours at that pod's priority) with a member and what meshfit puts beside it; the nomination fence asks it.
+    """
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    def fits(self, record: Any, node_name: str, extra: Mapping[str, Decimal] | None = None) -> str:
+        """"" when `record` fits `node_name` in meshfit's view (with `extra` taken there too), else why not."""
+        node = self.state.nodes.get(node_name)
         if node is None or record.needs is None:
             return f"node {node_name} is not known" if node is None else "its spec was not read"
-        return fit_reason(record.needs, node, node_usage(state, node_name, in_flight, record, busy))
+        used = self.state.room.meshfit_used(node_name, record.priority, own_claims(record))
+        for resource, value in (extra or {}).items():
+            used[resource] = used.get(resource, 0) + value
+        return fit_reason(record.needs, node, used)
 
-    return fits
+    def beside(self, member: Any, node_name: str) -> dict[str, Decimal]:
+        """What meshfit puts on `node_name` with `member` that kube-scheduler's cache cannot count yet."""
+        return self.state.room.meshfit_only(node_name, own_claims(member))
 
+    def collides(self, other: Any, member: Any, node_name: str, memo: dict | None = None) -> bool:
+        """Could pod `other` land on `node_name` now (kube-scheduler's view for its priority, without `member`) and
+        leave no room there for `member` and what meshfit puts beside it (`beside`)?  Four 2.5-CPU members and an
+        8-CPU pod each fit a 16-CPU node; together they do not.
 
-def node_usage(state: Any, node_name: str, in_flight: Mapping[str, Decimal], record: Any,
-               busy: Container[str] = (), skip: str = "") -> dict[str, Decimal]:
-    """What kube-scheduler's filters count as taken on `node_name` when placing `record`: bound pods, `in_flight`,
-    and nominated pods of no lower priority other than `record`, those in `busy` and the pod `skip`."""
-    used = dict(state.requested.get(node_name, {}))
-    for resource, value in in_flight.items():
-        used[resource] = used.get(resource, 0) + value
-    for other in state.nominated_to.get(node_name, {}).values():
-        if other.uid not in (record.uid, skip) and other.uid not in busy and other.priority >= record.priority \
-                and not _reserved_elsewhere(state, other, node_name):
-            for resource, value in other.needs.requests.items():
-                used[resource] = used.get(resource, 0) + value
-    return used
-
-
-def _reserved_elsewhere(state: Any, pod: Any, node_name: str) -> bool:
-    """True for a gang member nominated on `node_name` whose reservation is not there (moved or released before its
-    nomination was cleared): it can only be placed where meshfit's ledger holds it, so it takes no room here.  At
-    5,000 nodes such left-over nominations made 1,003 members "no longer fit" rooms their own gang held."""
-    member = pod.member
-    if member is None:
-        return False
-    entry = state.ledger.get(member.gang_key)
-    slot = entry.slots.get(member.index) if entry is not None else None
-    return slot is None or slot.node != node_name
-
-
-WANTED_ROOM = "wanted room"
-"""The fence memo's key for the member's requests plus what is beside it (its other keys are priorities)."""
-
-
-def state_collision_check(state: Any) -> Callable[..., bool]:
-    """The nomination fence's test over a `ClusterState`: could pod `other` land on `node_name` now (kube-scheduler's
-    view: bound pods, `in_flight`, nominated pods other than `member`) and leave no room there for `member`?
-
-    `memo`: a dict the caller keeps for one member, node, `in_flight` and `busy` (one fence pass over many pods):
-    what the node holds then differs between pods only by their priority (unless a pod is nominated there itself),
-    so it is worked out once per priority, with the member's headroom per resource for the cheap test.
-
-    `beside`: what else meshfit will put on the node with the member that kube-scheduler cannot count yet (its other
-    held members, Bindings in flight, rooms kept for missing members): `other` collides when it fits in
-    kube-scheduler's view but not beside the member and all of that together (four 2.5-CPU members and an 8-CPU pod
-    each fit a 16-CPU node; together they do not)."""
-
-    def racing(other: Any, member: Any, node_name: str, in_flight: Mapping[str, Decimal],
-               busy: Container[str] = (), memo: dict | None = None, beside: Mapping[str, Decimal] | None = None) -> bool:
-        node = state.nodes.get(node_name)
+        `memo`: a dict the caller keeps for one member and node (one fence pass over many pods): what the node holds
+        differs between pods only by their priority (unless a pod has a claim there itself), so it is worked out once
+        per priority, with the member's headroom per resource for the cheap test."""
+        node = self.state.nodes.get(node_name)
         if node is None or other.needs is None or member.needs is None:
             return False
-        wanted_room = memo.get(WANTED_ROOM) if memo is not None else None
+        memo = {} if memo is None else memo
+        wanted_room = memo.get(WANTED_ROOM)
         if wanted_room is None:  # worked out once per fence pass, not per pending pod
-            wanted_room = _plus(member.needs.requests, beside) if beside else member.needs.requests
-            if memo is not None:
-                memo[WANTED_ROOM] = wanted_room
-        if memo is None or other.uid in state.nominated_to.get(node_name, {}):
-            used = node_usage(state, node_name, in_flight, other, busy, skip=member.uid)
+            beside = self.beside(member, node_name)
+            wanted_room = memo[WANTED_ROOM] = _plus(member.needs.requests, beside) if beside else \
+                member.needs.requests
+        room = self.state.room
+        own = room.claim(other.uid)
+        if own is not None and node_name in (own.node, own.nominated):
+            used = room.kube_used(node_name, other.priority, (member.uid, other.uid))
             return collides(other.needs, node, used, wanted_room)
         known = memo.get(other.priority)
         if known is None:
-            used = node_usage(state, node_name, in_flight, other, busy, skip=member.uid)
+            used = room.kube_used(node_name, other.priority, (member.uid,))
             headroom = {r: _allocatable(node, r) - used.get(r, 0) - v for r, v in wanted_room.items() if v > 0}
             known = memo[other.priority] = (used, headroom)
         used, headroom = known
         wanted = other.needs.requests
-        if not any(wanted.get(r, 0) > room for r, room in headroom.items()):
+        if not any(wanted.get(r, 0) > left for r, left in headroom.items()):
             return False  # the cheap test of `collides`: nothing the member asks for is short for both
         return collides(other.needs, node, used, wanted_room)
 
-    return racing
+
+WANTED_ROOM = "wanted room"
+"""The fence memo's key for the member's requests plus what is beside it (its other keys are priorities)."""
 
 
 def _plus(requests: Mapping[str, Decimal], more: Mapping[str, Decimal]) -> dict[str, Decimal]:

@@ -28,11 +28,11 @@ def memory_direct_binding(state: ClusterState, fence_seconds: float = 2.0, worke
                           backlog_limit: int = 128, always_nominate: bool = False):
     """The direct binder's parts as Kubernetes mode wires them, with nominations applied to `state` in memory (or
     written by `nominator`)."""
-    from scheduler.kube.node_fit import state_collision_check, state_fit_check
+    from scheduler.kube.node_fit import RoomFit
     from scheduler.service.binding.binder_memory import MemoryNominator
     from scheduler.service.binding.binding_wiring import DirectBinding
 
-    return DirectBinding(state_fit_check(state), state_collision_check(state), nominator or MemoryNominator(state),
+    return DirectBinding(RoomFit(state), nominator or MemoryNominator(state),
                          fence_seconds, workers, backlog_limit, always_nominate)
 
 

@@ -4,6 +4,7 @@ filters passed because its cache did not count the three members meshfit had jus
 
 from __future__ import annotations
 
+from scheduler.cache.room_ledger import BOUND_STATES
 from tests.service.helpers import filter_nodes
 from tests.service.test_direct_binding import bound, direct_service, members, watch
 from tests.service.test_nomination_fence import cpu_nodes, cpu_pod
@@ -34,7 +35,7 @@ def reserved_with_three_bound_by_meshfit():
 
 def node_cpu_requested(service) -> float:
     """CPUs the bound pods and meshfit's Bindings take on NODE, as the API server will have them."""
-    cpu = float(service.state.requested.get(NODE, {}).get("cpu", 0))
+    cpu = float(sum(c.requests.get("cpu", 0) for c in service.state.room.on_node(NODE).values() if c.state in BOUND_STATES))
     return cpu + sum(2.5 for b in service.binder.snapshot() if b.name == "g-0")
 
 

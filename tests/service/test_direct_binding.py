@@ -10,7 +10,7 @@ from starlette.testclient import TestClient
 
 from scheduler.cache.state import ClusterState
 from scheduler.gangs.ledger import SLOT_BINDING, SLOT_RELEASED
-from scheduler.kube.node_fit import pod_needs, state_fit_check
+from scheduler.kube.node_fit import RoomFit, pod_needs
 from scheduler.service.lifecycle.actions import MemoryActions
 from scheduler.service.app import build_scheduler, create_app
 from scheduler.service.binding.binder_memory import MemoryBinder
@@ -171,22 +171,23 @@ def nominated_pod(name: str, node: str, priority: int, cpu: str) -> dict:
 
 def test_a_pod_nominated_to_a_node_keeps_its_room_there_from_members_of_no_higher_priority():
     service = direct_service(fit_nodes(1, 2))  # 64 CPUs per node
-    fits = state_fit_check(service.state)
+    fits = RoomFit(service.state).fits
     member = members("g", 2)[0]
     member["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "8"
     watch(service, [member, nominated_pod("preemptor", "n-0-0", 1000, "60")])
     record = service.state.pod("default", "g-0")
-    assert "insufficient cpu" in fits(record, "n-0-0", {})  # 60 of 64 CPUs promised to the preemptor
-    assert fits(record, "n-0-1", {}) == ""
+    assert "insufficient cpu" in fits(record, "n-0-0")  # 60 of 64 CPUs promised to the preemptor
+    assert fits(record, "n-0-1") == ""
     watch(service, [nominated_pod("low", "n-0-1", -5, "60")])  # lower priority than the member: not counted
-    assert fits(record, "n-0-1", {}) == ""
+    assert fits(record, "n-0-1") == ""
     preemptor = nominated_pod("preemptor", "n-0-0", 1000, "60")
     preemptor["spec"]["nodeName"] = "n-0-1"  # bound elsewhere in the end: n-0-0 is free again
     watch(service, [preemptor])
-    assert fits(record, "n-0-0", {}) == ""
-    assert "insufficient cpu" in fits(record, "n-0-1", {})  # where it is bound it counts as a bound pod
+    assert fits(record, "n-0-0") == ""
+    assert "insufficient cpu" in fits(record, "n-0-1")  # where it is bound it counts as a bound pod
     service.state.delete_pod("default", "low")
-    assert service.state.nominated_to.get("n-0-1") == {}
+    assert service.state.room.claim(service.state.pod("default", "preemptor").uid).state == "bound"
+    assert [c.key for c in service.state.room.on_node("n-0-1").values() if c.state == "nominated"] == []
 
 
 def test_a_gang_is_not_bound_by_meshfit_into_room_a_preemptor_was_promised():

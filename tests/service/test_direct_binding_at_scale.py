@@ -137,7 +137,7 @@ def test_a_member_whose_bind_gate_timed_out_is_bound_by_meshfit_with_its_peers(m
 def test_a_member_told_its_node_whose_bind_never_comes_is_taken_back():
     """kube-scheduler was told g-0's node at /filter and never called /bind (its cycle failed later, or it
     restarted): after `KUBE_TOLD_SECONDS` meshfit binds g-0 with its peer itself."""
-    from scheduler.service.binding.gang_nominations import KUBE_TOLD_SECONDS
+    from scheduler.service.binding.member_holds import KUBE_TOLD_SECONDS
 
     service = direct_service(cpu_nodes(2))
     pods = gang("g", 2)

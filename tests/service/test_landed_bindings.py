@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+from scheduler.cache.room_ledger import MESHFIT_HOLDS as MESHFIT_STATES
 from tests.service.helpers import filter_nodes, make_pod
 from tests.service.test_direct_binding import bound, direct_service, members, watch
 from tests.service.test_nomination_fence import cpu_nodes
@@ -60,7 +61,7 @@ def test_a_peer_checked_while_a_landed_binding_is_still_in_flight_fits_beside_it
         direct.shutdown()
     assert service.bind(pods[0], node) == {"Error": ""}  # kube-scheduler binds the member it was told about
     assert service.state.ledger.get("default/g").status == "bound"
-    assert direct.in_flight_requests == {}  # nothing left counted once every call returned
+    assert service.state.room.count(*MESHFIT_STATES) == 0  # nothing left held or binding once every call returned
 
 
 def lone_gpu_pod(name: str, cpu: str) -> dict:
@@ -78,7 +79,7 @@ def test_a_lone_gpu_pod_is_refused_a_node_a_member_was_just_bound_to_until_kube_
     watch(service, pods)
     [node] = filter_nodes(service.filter(pods[0]))
     assert service.bind(pods[0], node) == {"Error": ""}  # kube-scheduler binds the member it was told about
-    assert bound(service).keys() == {"g-0", "g-1"} and service.scheduler.direct.in_flight_requests == {}
+    assert bound(service).keys() == {"g-0", "g-1"} and service.state.room.count(*MESHFIT_STATES) == 0
     lone = lone_gpu_pod("lone", "7")  # 5 + 5 + 7 CPUs: not beside the two members
     watch(service, [lone])
     assert node not in filter_nodes(service.filter(lone))  # kube-scheduler's cache may not count them yet

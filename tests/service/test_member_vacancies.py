@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import copy
 
+from scheduler.cache.room_ledger import MESHFIT_HOLDS
+from scheduler.kube.node_fit import own_claims
+
 from scheduler.cache.state import ClusterState
 from scheduler.kube.node_fit import pod_needs
 from tests.service.test_direct_binding import bound, direct_service, watch
@@ -55,12 +58,12 @@ def test_a_deleted_rank_0_keeps_its_room_and_its_recreated_pod_is_bound_back_on_
     assert nodes[0] in reply["FailedNodes"], reply  # 16 CPUs - 10 kept for pod 0 < 8
     assert "insufficient cpu" in reply["FailedNodes"][nodes[0]]
     assert nodes[1] not in reply["FailedNodes"]  # the bound member there is kube-scheduler's to count
-    assert service.scheduler.direct.vacancies == {("default/g", 0): (nodes[0], pod_needs(pods[0]).requests)}
+    assert service.scheduler.direct.vacancies.counted() == {("default/g", 0): (nodes[0], pod_needs(pods[0]).requests)}
     calls = len(service.binder.calls)
     watch(service, [recreated(pods[0], "uid-g-0-again")])
     service.scheduler.tick()
     assert service.binder.calls[calls:] == ["g-0"] and bound(service)["g-0"] == nodes[0]
-    assert service.scheduler.direct.vacancies == {}
+    assert service.scheduler.direct.vacancies.counted() == {}
 
 
 def test_without_the_vacancy_the_cpu_pod_would_have_been_given_the_node():
@@ -79,19 +82,21 @@ def test_a_vacancy_is_counted_against_the_other_members_and_lone_gpu_pods_not_ag
     service.state.delete_pod("default", "g-0")
     direct = service.scheduler.direct
     again = service.state.record_from_request(recreated(pods[0], "uid-g-0-again"))
-    assert direct._others_on(nodes[0], again) == {r: 0 for r in pod_needs(pods[0]).requests}  # its own: not counted
+    room = service.state.room
+    assert room.meshfit_only(nodes[0], own_claims(again)) == {}  # its own: not counted
     other = service.state.record_from_request(gang("h", 1)[0])
-    assert direct._others_on(nodes[0], other) == dict(pod_needs(pods[0]).requests)
+    assert room.meshfit_only(nodes[0], own_claims(other)) == dict(pod_needs(pods[0]).requests)
+    assert direct is service.scheduler.direct
 
 
 def test_a_vacancy_goes_when_the_gang_is_rolled_back_or_its_slot_is_released():
     service = direct_service(cpu_nodes(3))
     _, nodes = whole_gang(service)
     service.state.delete_pod("default", "g-0")
-    assert service.scheduler.direct.vacancies
+    assert service.scheduler.direct.vacancies.counted()
     service.state.delete_pod("default", "g-1")  # the whole gang gone (the job deleted)
     service.scheduler.tick()
-    assert service.scheduler.direct.vacancies == {} and service.scheduler.direct.in_flight_requests == {}
+    assert service.scheduler.direct.vacancies.counted() == {} and service.state.room.count(*MESHFIT_HOLDS) == 0
     assert nodes[0] in guard(service, cpu_pod("cpu", priority=1000))["NodeNames"]
 
 
@@ -108,7 +113,7 @@ def test_after_a_restart_a_partly_bound_gangs_missing_rank_0_has_its_room_kept_f
     state.replace_all(cpu_nodes(3), [peer], [])  # the relist: g-1 bound, g-0 not recreated yet
     entry = state.ledger.get("default/g")
     assert entry.node_of(0) == nodes[0]  # pod 0 held on the master address its peer was given
-    assert fresh.scheduler.direct.vacancies == {("default/g", 0): (nodes[0], pod_needs(pods[1]).requests)}
+    assert fresh.scheduler.direct.vacancies.counted() == {("default/g", 0): (nodes[0], pod_needs(pods[1]).requests)}
     assert nodes[0] in guard(fresh, cpu_pod("cpu", priority=1000))["FailedNodes"]
 
 
@@ -132,7 +137,7 @@ def test_a_recreated_rank_0_whose_room_was_taken_anyway_waits_on_its_node_and_sa
 
 
 def test_a_replacement_nominated_on_its_slot_is_not_counted_twice():
-    """Its nomination is counted by the fit checks (`state.nominated_to`); a vacancy on top would count it twice."""
+    """Its nomination is counted by the room ledger (a `nominated` claim); a vacancy on top would count it twice."""
     service = direct_service(cpu_nodes(3))
     pods, nodes = whole_gang(service)
     service.state.delete_pod("default", "g-0")
@@ -142,4 +147,5 @@ def test_a_replacement_nominated_on_its_slot_is_not_counted_twice():
     service.state.member_watched = None  # the watch reports it before the binder acts on it: nothing held yet
     watch(service, [again])
     direct.refresh_vacancies("default/g")
-    assert direct.vacancies == {} and direct.in_flight_requests.get(nodes[0]) is None
+    assert direct.vacancies.counted() == {} and service.state.room.meshfit_only(nodes[0]) == {}
+    assert [c.state for c in service.state.room.on_node(nodes[0]).values() if c.key == "uid-g-0-again"] == ["nominated"]

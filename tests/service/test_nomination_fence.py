@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from scheduler.cache.room_ledger import ClaimState
 from scheduler.gangs.ledger import SLOT_RESERVED
 from scheduler.gangs.rendezvous import given_from_annotations, given_from_assignment
 from scheduler.service.binding.binder import bind_assignment
@@ -128,7 +129,7 @@ def test_a_cpu_pod_bound_while_the_binding_waits_on_the_worker_stops_it_and_noth
     pods = gang("g", 2)
     direct = service.scheduler.direct
     started = threading.Event()
-    real_bind = direct._bind
+    real_bind = direct.posts._bind
 
     def slow_worker(*args):
         """The worker runs only after a CPU pod lands on the node (a Binding of kube-scheduler's in between)."""
@@ -137,12 +138,12 @@ def test_a_cpu_pod_bound_while_the_binding_waits_on_the_worker_stops_it_and_noth
         real_bind(*args)
 
     landed = threading.Event()
-    direct._bind = slow_worker
+    direct.posts._bind = slow_worker
     node = reserve(service, pods)
     assert started.wait(10)
     watch(service, [cpu_pod("sneaky", node=node)])  # 8 + 10 CPUs > 16 there
     landed.set()
-    direct._pool.shutdown(wait=True)
+    direct.workers.shutdown()
     assert binder.calls == []  # the last-moment check refused it
     slot = service.state.ledger.get("default/g").slots[1]
     assert slot.state == SLOT_RESERVED and "insufficient cpu" in direct.refused[service.state.pod("default", "g-1").uid]
@@ -172,7 +173,7 @@ def test_a_nomination_left_by_a_released_reservation_is_cleared():
     service.scheduler.run_direct_binds()
     assert service.state.pod("default", "g-1").nominated == ""
     assert ("default", "g-1", None) in service.scheduler.direct.nominator.calls
-    assert service.state.nominated_to.get(node, {}) == {}
+    assert service.state.room.count(ClaimState.NOMINATED) == 0
 
 
 def test_the_typed_assignment_states_the_same_rendezvous_as_its_annotations():
@@ -273,8 +274,8 @@ def test_a_queued_nomination_is_not_written_once_its_member_is_bound_or_kube_sch
     watch(service, pods)
     direct, nominator = service.scheduler.direct, service.scheduler.direct.nominator
     with service.state.lock:
-        direct._nominate(service.state.pod("default", "g-0"), "n-0-0")
-        direct._nominate(service.state.pod("default", "g-1"), "n-0-1")
+        direct.nominations.nominate(service.state.pod("default", "g-0"), "n-0-0")
+        direct.nominations.nominate(service.state.pod("default", "g-1"), "n-0-1")
     watch(service, [{**pods[0], "spec": {**pods[0]["spec"], "nodeName": "n-0-0"}}])  # kube-scheduler bound g-0
     with service.state.lock:
         direct.kube_assumes(service.state.pod("default", "g-1"), "n-0-1")  # and was told g-1's node

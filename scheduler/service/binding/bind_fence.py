@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Callable, Container, Mapping
+from typing import Any, Callable, Container
 
 DEFAULT_FENCE_SECONDS = 2.0
 """How long a nominated member waits at most for pods that may race it (see the module docstring)."""
@@ -71,10 +71,9 @@ class FilterAnswer:
 class NominationFence:
     """Decides whether a nominated member may be bound now (call under the state lock)."""
 
-    def __init__(self, state: Any, collides: Callable[..., bool],
-                 clock: Callable[[], float], limit_seconds: float = DEFAULT_FENCE_SECONDS,
+    def __init__(self, state: Any, fit: Any, clock: Callable[[], float], limit_seconds: float = DEFAULT_FENCE_SECONDS,
                  scheduler_names: Callable[[], Container[str]] = lambda: ()) -> None:
-        self.state, self.collides, self.clock, self.limit_seconds = state, collides, clock, limit_seconds
+        self.state, self.fit, self.clock, self.limit_seconds = state, fit, clock, limit_seconds
         self.scheduler_names = scheduler_names
         self._order = itertools.count(1)
         self.answers: dict[str, FilterAnswer] = {}
@@ -102,10 +101,8 @@ class NominationFence:
             seen = self.seen[record.uid] = SeenNomination(record.nominated, self.state.pod_events, self.clock())
         return seen
 
-    def wait_seconds(self, record: Any, node: str, in_flight: Mapping[str, Any], busy: Container[str],
-                     beside: Mapping[str, Any] | None = None) -> float:
-        """0 when `record`, nominated on `node`, may be bound now; else how long to wait before asking again
-        (`beside`: what meshfit puts there with it that kube-scheduler cannot count yet)."""
+    def wait_seconds(self, record: Any, node: str) -> float:
+        """0 when `record`, nominated on `node`, may be bound now; else how long to wait before asking again."""
         seen = self.note(record)
         if seen is None or seen.node != node:
             return self.limit_seconds  # not nominated there (yet): the caller nominates first
@@ -114,7 +111,7 @@ class NominationFence:
             if highest is None or highest <= record.priority:
                 self.counts["passed"] += 1
                 return 0.0  # passed before, and only a pod of higher priority can begin to race it later
-        racing = self.racing(record, node, seen, in_flight, busy, beside)
+        racing = self.racing(record, node, seen)
         if not racing:
             self.counts["passed"] += 1
             self.passed[record.uid] = (node, seen.event)
@@ -129,13 +126,11 @@ class NominationFence:
         self.counts["waited"] += 1
         return min(left, 0.1)
 
-    def racing_now(self, record: Any, node: str, in_flight: Mapping[str, Any], busy: Container[str],
-                   beside: Mapping[str, Any] | None = None) -> list[Any]:
+    def racing_now(self, record: Any, node: str) -> list[Any]:
         """The pods that may land on `node` against `record` if its Binding were posted now, without a nomination:
         `racing` as of this moment -- every pending pod seen so far that collides, unless its last `/guard` or
         `/filter` answer already counted the member (it is held before this is asked)."""
-        return self.racing(record, node, SeenNomination(node, self.state.pod_events, self.clock()), in_flight, busy,
-                           beside)
+        return self.racing(record, node, SeenNomination(node, self.state.pod_events, self.clock()))
 
     def note_answer(self, record: Any, nodes: list[str]) -> None:
         """meshfit answered kube-scheduler's `/filter` for lone GPU pod `record` with `nodes` (under the lock)."""
@@ -150,9 +145,10 @@ class NominationFence:
         elif self.held.get(uid, ("", 0))[0] != node:
             self.held[uid] = (node, next(self._order))
 
-    def racing(self, record: Any, node: str, seen: SeenNomination, in_flight: Mapping[str, Any],
-               busy: Container[str], beside: Mapping[str, Any] | None = None) -> list[Any]:
-        """The pods that may still land on `node` against `record` (see the module docstring)."""
+    def racing(self, record: Any, node: str, seen: SeenNomination) -> list[Any]:
+        """The pods that may still land on `node` against `record` (see the module docstring): each asks the room
+        ledger in kube-scheduler's view for its priority, beside the member and what meshfit puts there with it
+        (`RoomCheck.collides`)."""
         found, names, memo = [], self.scheduler_names(), {}
         held = self.held.get(record.uid)
         held_stamp = held[1] if held is not None and held[0] == node else None
@@ -165,7 +161,7 @@ class NominationFence:
                 may = node in answer.nodes and (held_stamp is None or answer.stamp < held_stamp)
             else:  # /guard not asked (not configured, not yet, or the cycle since ended): as before
                 may = (first < seen.event and last < seen.event) or other.priority > record.priority
-            if may and self.collides(other, record, node, in_flight, busy, memo, beside):
+            if may and self.fit.collides(other, record, node, memo):
                 found.append(other)
         return found
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Mapping, Protocol
 
 from scheduler.cache.pod_record import PodRecord
 from scheduler.service.binding.bind_fence import DEFAULT_FENCE_SECONDS
@@ -18,15 +18,24 @@ DEFAULT_WORKERS = 16
 """Binding workers: Bindings posted at once."""
 
 
+class RoomCheck(Protocol):
+    """Fit answered in one place over the room ledger (`scheduler.kube.node_fit.RoomFit` in Kubernetes mode)."""
+
+    def fits(self, record: Any, node_name: str, extra: Mapping[str, Any] | None = None) -> str:
+        """"" when `record` fits `node_name` in meshfit's view (with `extra` taken there too), else why not."""
+
+    def collides(self, other: Any, member: Any, node_name: str, memo: dict | None = None) -> bool:
+        """Whether pod `other` may land on `node_name` in kube-scheduler's view and leave no room for `member`."""
+
+
 @dataclass(frozen=True)
 class DirectBinding:
-    """What meshfit binds members with: the node-fit check, the fence's race test, the nominator, the fence's
-    limit, the worker count, the bind backlog at which no further gang is reserved and whether every member is
-    nominated first (`scheduler.kube.node_fit.state_fit_check` / `state_collision_check` and
-    `scheduler.kube.binder.KubeNominator` in Kubernetes mode)."""
+    """What meshfit binds members with: the fit check over the room ledger (the fence's race test too), the
+    nominator, the fence's limit, the worker count, the bind backlog at which no further gang is reserved and whether
+    every member is nominated first (`scheduler.kube.node_fit.RoomFit` and `scheduler.kube.binder.KubeNominator` in
+    Kubernetes mode)."""
 
-    fits: Callable[..., str]
-    collides: Callable[..., bool]
+    fit: RoomCheck
     nominator: Nominator
     fence_seconds: float = DEFAULT_FENCE_SECONDS
     workers: int = DEFAULT_WORKERS

@@ -1,4 +1,4 @@
-"""Pods named in scheduling requests (a mixin of `ClusterState`): what a request body may select, and what not.
+"""`RequestPods`: the pods named in scheduling requests -- what a request body may select, and what not.
 
 In Kubernetes mode the API server is the truth: a body selects a pod the watch reported, never overwrites it,
 and a pod the watch has not shown is looked up with at most one GET -- a request never creates state.  In the
@@ -8,28 +8,46 @@ embedded mode (and tests) bodies are the pods; how many such pods are kept is bo
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from typing import Any, Callable
 
 from scheduler.cache.pod_record import PodRecord
 
+MAX_REQUEST_ONLY_PODS = 20_000
+"""Pods known only from request bodies kept at most (a forged-body flood cannot grow memory without end)."""
+
 
 class RequestPods:
-    """`observe_pending_pod` and its helpers; mixed into `ClusterState` (it provides `lock`, `pods`, `pod`,
-    `upsert_pod`, `_record`, `_forget`, `watch_is_truth`, `pod_lookup`, `_missing`, `_request_only` and
-    `max_request_only_pods`)."""
+    """`observe_pending_pod` and the bound on pods known only from request bodies, over the state's pods (reached
+    through the lock, lookups and changes it is given)."""
 
-    lock: Any
-    pods: dict
-    watch_is_truth: bool
-    pod_lookup: Callable[[str, str], dict | None] | None
-    _missing: dict
-    _record: Callable[[dict], PodRecord]
-    _request_only: dict
-    max_request_only_pods: int
+    def __init__(self, lock: AbstractContextManager[Any], read: Callable[[dict], PodRecord],
+                 pod: Callable[[str, str], PodRecord | None], pod_by_uid: Callable[[str], PodRecord | None],
+                 upsert: Callable[..., PodRecord], forget: Callable[[PodRecord], None]) -> None:
+        self.lock = lock
+        """The state's lock (re-entrant)."""
+        self.read = read
+        """Pod dict -> record (not kept)."""
+        self.pod, self.pod_by_uid = pod, pod_by_uid
+        """The held record of a pod by (namespace, name) / by uid, or None."""
+        self.upsert = upsert
+        """`ClusterState.upsert_pod(pod, from_watch=...)`: index a pod."""
+        self.forget = forget
+        """Drop a held pod as if deleted."""
+        self.watch_is_truth = False
+        """Kubernetes mode: pods come from the watch; a request body may select a pod, never overwrite it."""
+        self.pod_lookup: Callable[[str, str], dict | None] | None = None
+        """Kubernetes mode: one direct GET of a pod the watch has not shown yet (None: no lookup, such pods are
+        refused)."""
+        self.max_request_only_pods = MAX_REQUEST_ONLY_PODS
+        self._request_only: dict[str, None] = {}
+        """Uids of pods known only from request bodies, oldest first (insertion order)."""
+        self._missing: dict[tuple[str, str, str], float] = {}
+        """(namespace, name, uid) -> monotonic time until which a failed lookup is not tried again."""
 
-    def _track_request_only(self, record: PodRecord) -> None:
+    def track(self, record: PodRecord) -> None:
         """Bound the pods known only from request bodies: past `max_request_only_pods`, forget the oldest
-        that hold nothing (unbound; a gang member's slot stays held for it, see `_forget`)."""
+        that hold nothing (unbound; a gang member's slot stays held for it, see `ClusterState._forget`)."""
         self._request_only.pop(record.uid, None)
         if record.from_watch:
             return
@@ -37,13 +55,13 @@ class RequestPods:
         while len(self._request_only) > self.max_request_only_pods:
             uid = next(iter(self._request_only))
             del self._request_only[uid]
-            old = self.pods.get(uid)
+            old = self.pod_by_uid(uid)
             if old is not None and not old.node and not old.from_watch:
-                self._forget(old)
+                self.forget(old)
 
     def record_from_request(self, pod: dict) -> PodRecord:
         """A record of the pod in a request body, not kept (a pod the watch has not shown yet, asked about at `/guard`)."""
-        return self._record(pod)
+        return self.read(pod)
 
     def observe_pending_pod(self, pod: dict) -> PodRecord:
         """Note a pod seen in a scheduling request, unless the state already knows it bound.
@@ -59,7 +77,7 @@ class RequestPods:
         with self.lock:
             answer = self._select(pod, namespace, name, uid)
             if answer is not None or not self.watch_is_truth:
-                return answer if answer is not None else self.upsert_pod(pod, from_watch=False)
+                return answer if answer is not None else self.upsert(pod, from_watch=False)
         found = self._look_up(namespace, name, uid)  # off the lock: one API round trip
         with self.lock:
             answer = self._select(pod, namespace, name, uid)  # the watch may have delivered it meanwhile
@@ -71,13 +89,13 @@ class RequestPods:
                     f"pod {namespace}/{name} (uid {uid or 'none'}) does not exist in the API server (not in "
                     f"meshfit's watch, and a direct GET found {'another uid' if found else 'nothing'}); "
                     f"nothing is reserved for it"))
-            return self.upsert_pod(found, from_watch=True)
+            return self.upsert(found, from_watch=True)
 
     def _select(self, pod: dict, namespace: str, name: str, uid: str) -> PodRecord | None:
         """The record a request body selects, an error record, or None (not known: look it up / upsert)."""
         known = self.pod(namespace, name)
         if self.watch_is_truth:
-            by_uid = self.pods.get(uid)
+            by_uid = self.pod_by_uid(uid)
             if known is not None and known.from_watch and known.uid == uid:
                 return known
             if (known is not None and known.from_watch) or (by_uid is not None and by_uid.from_watch):

@@ -1,11 +1,12 @@
 """`ClusterState`: the one in-memory view the service decides on.
 
-It owns the `ClusterTopology` (rebuilt from node labels via `topology.loaders.topology_from_objects`),
-the pods by uid with the GPUs they hold, the gang objects (PodGroups, JobSets, Jobs, Workloads...)
-by (API group, kind, namespace, name) -- a Volcano and a coscheduling PodGroup of the same name are two
-objects -- and the reservation ledger.  The watch loop feeds it through
-`replace_all` / `upsert_*` / `delete_*`; the extender, Volcano and gRPC handlers make their
-decisions under its single re-entrant `lock`, so place-and-reserve is one critical section.
+It owns the `ClusterTopology` (rebuilt from node labels by `scheduler.cache.node_topology`), the pods by uid
+with the GPUs they hold, the gang objects (PodGroups, JobSets, Jobs, Workloads...) by (API group, kind, namespace,
+name) -- a Volcano and a coscheduling PodGroup of the same name are two objects -- and the reservation ledger.
+The watch loop feeds it through `replace_all` / `upsert_*` / `delete_*`; the extender, Volcano and gRPC handlers
+make their decisions under its single re-entrant `lock`, so place-and-reserve is one critical section.
+
+Its collaborators are built and wired in `ClusterState.__init__` (each module says what its class keeps).
 
 Holdings in the topology: a bound, unfinished GPU pod holds `pod:<ns>/<name>`; a reserved gang
 slot holds `resv:<ns>/<gang>/<index>` (see `scheduler.gangs.ledger`).
@@ -14,46 +15,55 @@ slot holds `resv:<ns>/<gang>/<index>` (see `scheduler.gangs.ledger`).
 from __future__ import annotations
 
 import threading
-from collections import Counter
 import time
 from typing import Any, Callable, Iterable
 
-from scheduler.gangs.membership import gang_from_membership
-from scheduler.gangs.health import NodeFailures, mark_failed_unschedulable
-from scheduler.cache.pod_record import PodRecord
-from scheduler.gangs.rendezvous import GivenRendezvous
-from scheduler.gangs.ledger import DEFAULT_TTL_SECONDS, ReservationLedger
+from scheduler.cache.gang_objects import GangObjects
 from scheduler.cache.member_index import MemberIndexes
-from scheduler.cache.node_usage import NodeUsage
-from scheduler.cache.pod_reading import PodReading, _meta
+from scheduler.cache.node_topology import NodeTopology, empty_topology, hold_pod, pod_holding_key
+from scheduler.cache.pending_outside import PendingOutside
+from scheduler.cache.pod_reader import PodReader
+from scheduler.cache.pod_record import PodRecord
 from scheduler.cache.request_pods import RequestPods
 from scheduler.cache.room_ledger import RoomLedger
-from scheduler.cache.state_objects import GangObjectsMixin
-from topology.builder import HOST_LABEL, HOST_LEVEL
+from scheduler.gangs.health import NodeFailures
+from scheduler.gangs.ledger import DEFAULT_TTL_SECONDS, ReservationLedger
+from scheduler.gangs.membership import gang_from_membership
+from scheduler.gangs.rendezvous import GivenRendezvous
 from topology.config import as_config
-from topology.explicit import is_hypernode, is_topology_object
-from topology.k8s import FINISHED_PHASES, node_record_from_k8s
-from topology.model import ClusterTopology, Level, LinkTier, TopologyError
+from topology.k8s import FINISHED_PHASES
+from topology.model import ClusterTopology
+
+__all__ = ["ClusterState", "empty_topology", "pod_holding_key"]
 
 
-def pod_holding_key(namespace: str, name: str) -> str:
-    """Topology holding key of a bound pod."""
-    return f"pod:{namespace}/{name}"
+def delegated(collaborator: str, name: str, doc: str, writable: bool = False) -> Any:
+    """A `ClusterState` property kept on one of its collaborators: `state.<collaborator>.<name>`."""
+    def read(self: Any) -> Any:
+        return getattr(getattr(self, collaborator), name)
+
+    def write(self: Any, value: Any) -> None:
+        setattr(getattr(self, collaborator), name, value)
+
+    return property(read, write if writable else None, doc=doc)
 
 
-def empty_topology() -> ClusterTopology:
-    """A topology with no nodes (before the first list, or when no node has GPUs)."""
-    link = LinkTier(1.0, 1.0)
-    return ClusterTopology([Level(HOST_LEVEL, HOST_LABEL, link, HOST_LEVEL, (HOST_LABEL,))], [], [], link)
-
-
-MAX_REQUEST_ONLY_PODS = 20_000
-"""Pods known only from request bodies kept at most (a forged-body flood cannot grow memory without end)."""
-
-
-
-class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodReading):
+class ClusterState:
     """Nodes, pods, gang objects and reservations behind one lock; see the module docstring."""
+
+    nodes = delegated("node_topology", "nodes", "Name -> node object.")
+    objects = delegated("gang_objects", "objects", "(API group, kind, namespace, name) -> gang object.")
+    objects_epoch = delegated("gang_objects", "epoch", "Bumped on every gang object change.")
+    needs_of = delegated("reader", "needs_of", "Reads a pod's `needs` (see `PodReader.needs_of`).", writable=True)
+    watch_is_truth = delegated("requests", "watch_is_truth", "Kubernetes mode: a request body only selects a pod.",
+                               writable=True)
+    pod_lookup = delegated("requests", "pod_lookup", "One direct GET of a pod the watch has not shown (or None).",
+                           writable=True)
+    max_request_only_pods = delegated("requests", "max_request_only_pods",
+                                      "Pods known only from request bodies kept at most.", writable=True)
+    pending_outside = delegated("outside", "pending_outside", "Uid -> (record, first, latest event) of the unbound "
+                                "pods kube-scheduler binds without meshfit (the nomination fence reads it).")
+    pod_events = delegated("outside", "pod_events", "Pod changes indexed so far (the nomination fence's clock).")
 
     def __init__(self, config: Any = None, tolerations: Iterable[Any] = (),
                  ttl_seconds: float = DEFAULT_TTL_SECONDS, clock: Callable[[], float] = time.time) -> None:
@@ -62,43 +72,24 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
         self.lock = threading.RLock()
         self.topology = empty_topology()
         self.ledger = ReservationLedger(self.topology, ttl_seconds, clock)
-        self.nodes: dict[str, dict] = {}
-        self._node_signatures: dict[str, tuple] = {}
         self.pods: dict[str, PodRecord] = {}
         self._uid_by_name: dict[tuple[str, str], str] = {}
-        self.objects: dict[tuple[str, str, str, str], dict] = {}
-        """(API group, kind, namespace, name) -> object."""
-        self._groups_by_kind: dict[str, set[str]] = {}
-        self._objects_epoch = 0
         self.gang_index: dict[str, dict[str, PodRecord]] = {}
         """Gang key -> uid -> record of every known member (for consistency checks and preemption)."""
-        self._awaiting_index: dict[str, dict[str, tuple[dict, bool]]] = {}  # see `MemberIndexes`
         self.invalid_pods: dict[str, PodRecord] = {}
         """uid -> record of every unfinished pod of meshfit's whose gang cannot be read (`GET /gangs`: invalid)."""
         self.generation = 0
         """Bumped on every topology rebuild."""
         self.policy: str | None = None
         """Placement policy for re-holding the missing members of partly bound gangs at a (re)list."""
-        self.max_request_only_pods = MAX_REQUEST_ONLY_PODS
-        self._request_only: dict[str, None] = {}
-        """Uids of pods known only from request bodies, oldest first (insertion order)."""
         self.cache_failing_since: float | None = None
         """Monotonic time since which some watch of the API server keeps failing (None: all healthy)."""
-        self.watch_is_truth = False
-        """Kubernetes mode: pods come from the watch; a request body may select a pod, never overwrite it."""
         self.health = NodeFailures(clock, None, self.tolerations, self.config.gpu_resources)
         """Failed nodes (see `scheduler.gangs.health`): unschedulable here, their members replaced by the service."""
         self.rebuilt: list[Callable[[ClusterTopology], None]] = []
         """Called with each rebuilt topology before reservations are re-held (spare holds are re-added there)."""
         self.superseded: set[str] = set()
         """Uids of evicted members whose slot already moved to a replacement node: their updates leave it alone."""
-        self.needs_of: Callable[[dict], Any] | None = None
-        """Reads a pod's `needs` (kube-scheduler's node-local filter inputs; `scheduler.kube.node_fit.pod_needs` in
-        Kubernetes mode); None: not read, and meshfit never binds members on its own."""
-        self.pod_lookup: Callable[[str, str], dict | None] | None = None
-        """Kubernetes mode: one direct GET of a pod the watch has not shown yet (None: no lookup, such pods are
-        refused)."""
-        self._missing: dict[tuple[str, str, str], float] = {}
         self.gang_evicted: Callable[[str, set[str]], None] | None = None
         """Called (under the lock) when every bound member of a gang is terminating (see `_whole_gang_terminating`)."""
         self.member_watched: Callable[[PodRecord], None] | None = None
@@ -113,36 +104,62 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
         """Every node's room on every resource: one claim per pod or vacant gang slot (`scheduler.cache.room_ledger`).
         Bound and nominated pods are claimed here from the watch; the direct binder holds, binds and keeps vacancies
         through the same ledger."""
-        self.pending_outside: dict[str, tuple[PodRecord, int, int]] = {}
-        """Uid -> (record, first event, latest event) of unbound pods kube-scheduler binds without meshfit."""
-        self.outside_since: dict[str, tuple[int, int, tuple]] = {}
-        """Uid -> (first, latest event count, fingerprint) of a `pending_outside` pod (kept across its updates)."""
-        self.outside_priorities: Counter[int] = Counter()
-        """Priority -> how many `pending_outside` pods have it (`highest_outside_priority`)."""
-        self.pod_events = 0
-        """Pod changes indexed so far, in the order the watch delivered them (the nomination fence's clock)."""
+        self.node_topology = NodeTopology(self.config, self.tolerations, self.health)
+        """The nodes, judged; builds the topology from them, the topology objects and the pods."""
+        self.gang_objects = GangObjects(self.lock, self._rebuild_topology)
+        """PodGroups, JobSets, Jobs, Workloads... by (API group, kind, namespace, name)."""
+        self.reader = PodReader(self.config, self.gang_objects, self.pod_by_uid)
+        """Reads pod dicts into records."""
+        self.indexes = MemberIndexes(self.pod_by_uid, self._named, lambda key: self.gang_index.get(key, {}),
+                                     self.ledger, self.upsert_pod)
+        """Stable indexes of index-less gang members, and the members waiting for one."""
+        self.requests = RequestPods(self.lock, self.reader.read, self.pod, self.pod_by_uid, self.upsert_pod,
+                                    self._forget)
+        """Pods named in request bodies: what a body may select."""
+        self.outside = PendingOutside()
+        """The unbound pods kube-scheduler binds without meshfit (the direct binder's nomination fence)."""
+
+    # ----- collaborators' verbs ----------------------------------------------------------------
+    def upsert_object(self, obj: dict) -> None:
+        """Add or update a gang object (or a Kueue Topology / Volcano HyperNode, which rebuilds)."""
+        self.gang_objects.upsert(obj)
+
+    def delete_object(self, kind: str, namespace: str, name: str) -> None:
+        """Forget a gang object (`kind` as `group/Kind`; a plain kind forgets it in every group)."""
+        self.gang_objects.delete(kind, namespace, name)
+
+    def get_object(self, kind: str, namespace: str, name: str) -> dict | None:
+        """The cached gang object, or None (`GangObjects.get`: the `lookup` given to gang sources)."""
+        return self.gang_objects.get(kind, namespace, name)
+
+    def observe_pending_pod(self, pod: dict) -> PodRecord:
+        """Note a pod seen in a scheduling request (`RequestPods.observe_pending_pod`)."""
+        return self.requests.observe_pending_pod(pod)
+
+    def record_from_request(self, pod: dict) -> PodRecord:
+        """A record of the pod in a request body, not kept."""
+        return self.requests.record_from_request(pod)
+
+    def highest_outside_priority(self) -> int | None:
+        """The highest priority of a `pending_outside` pod (None when there is none)."""
+        return self.outside.highest_priority()
 
     # ----- relist ------------------------------------------------------------------------------
     def replace_all(self, nodes: list[dict], pods: list[dict], objects: list[dict]) -> None:
         """Replace everything with a fresh list (start-up or relist after 410); keeps reservations."""
         with self.lock:
-            self.nodes = {_meta(n)[1]: n for n in nodes}
-            self.health.reset(self.nodes)
-            self._node_signatures = {name: self._signature(n) for name, n in self.nodes.items()}
-            self.objects, self._groups_by_kind = {}, {}
-            self._objects_epoch += 1
-            for obj in objects:
-                self._store_object(obj)
+            self.node_topology.replace(nodes)
+            self.gang_objects.replace(objects)
             self.pods, self._uid_by_name, self.gang_index, self.invalid_pods = {}, {}, {}, {}
-            self.pending_outside, self._awaiting_index = {}, {}
-            self.outside_priorities = Counter()
-            records = [(self._record(pod), pod) for pod in pods]
+            self.outside.clear()
+            self.indexes.clear()
+            records = [(self.reader.read(pod), pod) for pod in pods]
             for record, _ in records:  # members with an index of their own first: they keep it
                 if record.member is None or record.member.own_index:
                     self._index(record)
             for record, pod in records:
                 if record.member is not None and not record.member.own_index:
-                    self._index(self.give_index(record, pod))
+                    self._index(self.indexes.give_index(record, pod))
             self.room.keep_pods(self.pods)  # claims of pods the list no longer has go; the rest were observed afresh
             self._rebuild_topology()
             self._release_vanished_slots()
@@ -164,56 +181,26 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
                     self.ledger.release_slot(key, slot.index)
 
     # ----- nodes -------------------------------------------------------------------------------
-    def _signature(self, node: dict) -> tuple:
-        try:
-            record = node_record_from_k8s(node, self.tolerations, self.config.gpu_resources)
-        except TopologyError as exc:
-            return ("invalid", str(exc))
-        failure = self.health.observe(_meta(node)[1], node)
-        return (record.gpus_total, tuple(sorted(record.labels.items())), record.schedulable and failure is None,
-                record.unschedulable_reason or (failure and f"failed: {failure.reason}"))
-
     def upsert_node(self, node: dict) -> None:
         """Add or update a node: label/GPU changes rebuild the topology, readiness just flips it."""
-        name = _meta(node)[1]
         with self.lock:
-            old = self._node_signatures.get(name)
-            new = self._signature(node)
-            self.nodes[name] = node
-            self._node_signatures[name] = new
-            if old == new:
-                return
-            topo_node = self.topology.node_by_name.get(name)
-            if old is not None and topo_node is not None and old[:2] == new[:2] and new[0] != "invalid":
-                self.topology.set_schedulable(name, new[2], new[3])
-                return
-            self._rebuild_topology()
+            if self.node_topology.upsert(node, self.topology):
+                self._rebuild_topology()
 
     def refresh_nodes(self) -> None:
         """Judge every node again (the health sources changed) and rebuild the topology."""
         with self.lock:
-            self._node_signatures = {name: self._signature(n) for name, n in self.nodes.items()}
+            self.node_topology.judge_all()
             self._rebuild_topology()
 
     def delete_node(self, name: str) -> None:
         """Forget a node; reservations on it are dropped (their gangs get placed again)."""
         with self.lock:
-            if self.nodes.pop(name, None) is not None:
-                self.health.observe(name, None)
-                self._node_signatures.pop(name, None)
+            if self.node_topology.delete(name):
                 self._rebuild_topology()
 
     def _rebuild_topology(self) -> None:
-        objects: list[dict] = [{**n, "kind": "Node", "apiVersion": "v1"} for n in self.nodes.values()]
-        objects += [o for o in self.objects.values() if is_topology_object(o) or is_hypernode(o)]
-        try:
-            topo = topology_from_objects(objects, self.config, self.tolerations) if self.nodes else empty_topology()
-        except TopologyError as exc:
-            topo = empty_topology()
-            topo.warnings.append(str(exc))
-        for record in self.pods.values():
-            self._hold(topo, record)
-        mark_failed_unschedulable(topo, self.health)
+        topo = self.node_topology.build(self.gang_objects.topology_objects(), self.pods.values())
         for hook in self.rebuilt:
             hook(topo)
         self.topology = topo
@@ -225,37 +212,31 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
         self.generation += 1
 
     # ----- pods --------------------------------------------------------------------------------
-    def _hold(self, topo: ClusterTopology, record: PodRecord) -> None:
-        key = pod_holding_key(record.namespace, record.name)
-        topo.remove_pod(key)
-        if record.node and record.gpus > 0 and record.node in topo.node_by_name:
-            topo.add_pod(key, record.node, record.gpus)
-
     def upsert_pod(self, pod: dict, from_watch: bool = True) -> PodRecord:
         """Add or update a pod: bound pods hold GPUs, finished ones release, gang slots follow."""
-        record = self._record(pod)
+        record = self.reader.read(pod)
         record.from_watch = from_watch
         with self.lock:
-            record = self.give_index(record, pod)
+            record = self.indexes.give_index(record, pod)
             old_uid = self._uid_by_name.get((record.namespace, record.name))
             if old_uid is not None and old_uid != record.uid:
                 self._forget(self.pods[old_uid])
             self._index(record)
-            self._hold(self.topology, record)
+            hold_pod(self.topology, record)
             self._follow_gang(record)
-            self._track_request_only(record)
+            self.requests.track(record)
             if self.member_watched is not None and record.member is not None and from_watch:
                 self.member_watched(record)
             if record.member is not None and record.phase in FINISHED_PHASES:
-                self.retry_awaiting(record.member.gang_key)
+                self.indexes.retry_awaiting(record.member.gang_key)
         return record
 
     def _index(self, record: PodRecord) -> None:
         old = self.pods.get(record.uid)
         if old is not None and old is not record:
-            self._track_outside(old, False)
+            self.outside.track(old, False)
         self.room.observe_pod(record)
-        self._track_outside(record, True)
+        self.outside.track(record, True)
         if old is not None and (old.namespace, old.name) != (record.namespace, record.name):
             self._forget(old)  # the uid now names another pod: the old one is gone, with its name, GPUs and slot
             old = None
@@ -274,7 +255,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
 
     def _unindex(self, record: PodRecord) -> None:
         self.room.observe_pod(record, present=False)
-        self._track_outside(record, False)
+        self.outside.track(record, False)
         self.pods.pop(record.uid, None)
         self.invalid_pods.pop(record.uid, None)
         if self._uid_by_name.get((record.namespace, record.name)) == record.uid:
@@ -331,7 +312,7 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
             if entry is not None and key not in self.gang_index and self.ledger.get(key) is entry \
                     and not entry.has_bound():
                 self.ledger.unreserve(key)  # the whole gang is gone (job deleted): free what it held
-            self.retry_awaiting(key)
+            self.indexes.retry_awaiting(key)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Forget a pod: its GPUs are released, and so is its gang slot."""
@@ -350,17 +331,20 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
             record = self.pods[uid]
             record.node = node
             self.room.bound_by_meshfit(record, node)
-            self._track_outside(record, True)
+            self.outside.track(record, True)
             if record.member is not None and given is not None:
                 record.given = given
-            self._hold(self.topology, record)
+            hold_pod(self.topology, record)
             self._follow_gang(record)
 
     def pod(self, namespace: str, name: str) -> PodRecord | None:
         """The record of one pod by name, or None."""
         with self.lock:
-            uid = self._uid_by_name.get((namespace, name))
-            return self.pods.get(uid) if uid is not None else None
+            return self._named(namespace, name)
+
+    def _named(self, namespace: str, name: str) -> PodRecord | None:
+        uid = self._uid_by_name.get((namespace, name))
+        return self.pods.get(uid) if uid is not None else None
 
     def pod_by_uid(self, uid: str) -> PodRecord | None:
         """The record of one pod by uid, or None."""
@@ -378,8 +362,32 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
             if record is not None:
                 record.node = None
                 self.room.observe_pod(record)
-                self._track_outside(record, True)
-                self._hold(self.topology, record)
+                self.outside.track(record, True)
+                hold_pod(self.topology, record)
+
+    def note_nomination(self, namespace: str, name: str, uid: str, node: str | None) -> None:
+        """A nomination was written for pod `namespace/name` (embedded mode: no watch reports it back)."""
+        with self.lock:
+            record = self._named(namespace, name)
+            if record is not None and (not uid or record.uid == uid):
+                record.nominated = node or ""
+                self.room.observe_pod(record)
+                self.outside.track(record, True)
+
+    def _live_member(self, name: str, namespace: str) -> bool:
+        """True while pod `namespace/name` exists, is not finished and is not being deleted."""
+        record = self._named(namespace, name)
+        return record is not None and record.phase not in FINISHED_PHASES and not record.terminating
+
+    def _whole_gang_terminating(self, gang_key: str) -> bool:
+        """True (and `gang_evicted` told) when every bound member of the gang is terminating: the whole gang is being
+        evicted by someone else, so none of its slots may be kept for replacements."""
+        bound = [r for r in self.gang_index.get(gang_key, {}).values() if r.node and r.uid not in self.superseded]
+        if not bound or not all(r.terminating for r in bound):
+            return False
+        if self.gang_evicted is not None:
+            self.gang_evicted(gang_key, {r.uid for r in bound})
+        return True
 
     # ----- restart ----------------------------------------------------------------------------
     def rebuild_from_bound_pods(self, policy: str | None = None) -> list[str]:
@@ -388,10 +396,3 @@ class ClusterState(GangObjectsMixin, RequestPods, NodeUsage, MemberIndexes, PodR
 
         with self.lock:
             return rebuild_gangs(self, policy if policy is not None else self.policy)
-
-
-def topology_from_objects(objects: list[dict], config: Any, tolerations: Iterable[Any]) -> ClusterTopology:
-    """Indirection to `topology.loaders.topology_from_objects` (imported on first use)."""
-    from topology.loaders import topology_from_objects as build
-
-    return build(objects, config, tolerations)

@@ -151,7 +151,7 @@ class KueueCheckController:
 
     def _changes(self) -> tuple:
         """What a pass depends on, cheaply (read without the lock): the objects' epoch and the capacity."""
-        return (getattr(self.state, "_objects_epoch", None), *self._capacity())
+        return (getattr(self.state, "objects_epoch", None), *self._capacity())
 
     def pass_once(self) -> int:
         """Decide every Workload naming one of meshfit's checks, then write what changed; returns the writes."""

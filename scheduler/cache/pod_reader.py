@@ -1,9 +1,9 @@
-"""How `ClusterState` reads a pod object into a `PodRecord` (a mixin): identity, GPUs, node, gang membership, the
-node-local needs kube-scheduler's filters check, and a fingerprint that lets an unchanged pod skip all of that."""
+"""`PodReader`: how `ClusterState` reads a pod object into a `PodRecord` -- identity, GPUs, node, gang membership,
+the node-local needs kube-scheduler's filters check, and a fingerprint that lets an unchanged pod skip all of that."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import msgspec
 
@@ -13,6 +13,7 @@ from scheduler.gangs.profile import invalid_gang_key, is_meshfit_pod
 from scheduler.gangs.rendezvous import given_from_annotations
 from scheduler.gangs.spares import parse_gang_spares
 from scheduler.placement.jobs import JobSpecError
+from topology.config import TopologyConfig
 from topology.k8s import pod_gpu_request, pod_holds_node
 from topology.model import TopologyError
 
@@ -22,34 +23,49 @@ def _meta(obj: dict) -> tuple[str, str]:
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
-class PodReading:
-    """`_record` and `_fingerprint`; mixed into `ClusterState` (it provides `pods`, `config`, `get_object`,
-    `needs_of` and `_objects_epoch`)."""
+class ObjectLookup(Protocol):
+    """The gang objects a pod's membership is read from (`scheduler.cache.gang_objects.GangObjects`)."""
 
-    pods: dict
-    config: Any
-    get_object: Any
-    needs_of: Callable[[dict], Any] | None
-    _objects_epoch: int
+    epoch: int
+
+    def get(self, kind: str, namespace: str, name: str) -> dict | None:
+        """The cached object, or None."""
+
+
+class PodReader:
+    """Reads pod dicts into records; a pod whose fingerprint is unchanged reuses its known record's reading."""
+
+    def __init__(self, config: TopologyConfig, objects: ObjectLookup,
+                 known: Callable[[str], PodRecord | None]) -> None:
+        self.config = config
+        """Which resources count as GPUs."""
+        self.objects = objects
+        """Gang objects: the lookup of gang sources, and the epoch every fingerprint carries."""
+        self.known = known
+        """Uid -> the record held for that pod (None: none)."""
+        self.needs_of: Callable[[dict], Any] | None = None
+        """Reads a pod's `needs` (kube-scheduler's node-local filter inputs; `scheduler.kube.node_fit.pod_needs` in
+        Kubernetes mode); None: not read, and meshfit never binds members on its own."""
 
     def _fingerprint(self, pod: dict, uid: str) -> tuple:
         meta = pod.get("metadata") or {}
         version = meta.get("resourceVersion")
         if version:
-            return (uid, self._objects_epoch, version)
+            return (uid, self.objects.epoch, version)
         try:  # a digest, not the dicts themselves: keeping request bodies' 100 kB annotations alive costs memory
             digest = hash(msgspec.json.encode([meta.get("labels"), meta.get("annotations"),
                                                meta.get("ownerReferences"), (pod.get("spec") or {}).get("containers")]))
         except (TypeError, msgspec.EncodeError):
             digest = id(pod)
-        return (uid, self._objects_epoch, digest)
+        return (uid, self.objects.epoch, digest)
 
-    def _record(self, pod: dict) -> PodRecord:
+    def read(self, pod: dict) -> PodRecord:
+        """The record of `pod`, its membership read afresh only when its fingerprint changed."""
         namespace, name = _meta(pod)
         uid = str((pod.get("metadata") or {}).get("uid") or f"{namespace}/{name}")
         phase = str((pod.get("status") or {}).get("phase") or "Pending")
         fingerprint = self._fingerprint(pod, uid)
-        known = self.pods.get(uid)
+        known = self.known(uid)
         node = pod_holds_node(pod)
         spec, status = pod.get("spec"), pod.get("status")
         priority = int_or_zero(spec.get("priority") if isinstance(spec, dict) else 0)
@@ -68,7 +84,7 @@ class PodReading:
             gpus = 0
         member, error = None, None
         try:
-            member = identify(pod, self.get_object)
+            member = identify(pod, self.objects.get)
         except (JobSpecError, TopologyError, ValueError) as exc:
             error = str(exc)
         spares = 0

@@ -363,7 +363,7 @@ def register(app: typer.Typer) -> None:
                                                      direct_binding=direct, backfill=backfill)
                 if group_cycle:
                     from plugins.gangs.workload_api import NAME as WORKLOAD_API
-                    scheduler.lifecycle.group_cycle_sources = frozenset({WORKLOAD_API})
+                    scheduler.lifecycle.admission.group_cycle_sources = frozenset({WORKLOAD_API})
                 from scheduler.service.lifecycle.failures import install_failure_handling
 
                 scheduler.failures = install_failure_handling(scheduler, metrics, failure_options)

@@ -10,13 +10,13 @@ from tests.service.test_direct_binding import direct_service, members, watch
 
 def watched_room(service, monkeypatch) -> list[str]:
     """The gang members whose room per node the lifecycle works out from now on."""
-    asked, room = [], service.scheduler.lifecycle.member_nodes
+    asked, room = [], service.scheduler.lifecycle.fit.member_nodes
 
     def counting(record):
         asked.append(record.name)
         return room(record)
 
-    monkeypatch.setattr(service.scheduler.lifecycle, "member_nodes", counting)
+    monkeypatch.setattr(service.scheduler.lifecycle.fit, "member_nodes", counting)
     return asked
 
 

@@ -159,7 +159,7 @@ def test_with_group_cycle_on_meshfit_neither_reserves_unasked_gangs_nor_requeues
     """`meshfit serve --group-cycle`: a gang kube-scheduler has not reached yet waits in its queue untouched."""
     service = make_service(actions=MemoryActions(), synchronous_actions=True)
     if group_cycle:  # what the flag wires for the Workload API source; the label source stands in for it here
-        service.scheduler.lifecycle.group_cycle_sources = frozenset({"meshfit-label"})
+        service.scheduler.lifecycle.admission.group_cycle_sources = frozenset({"meshfit-label"})
     for i in range(2):
         pod = gang_pod("llm", i, 2, parallelism="tp=8,dp=2")
         pod["spec"]["schedulerName"] = "meshfit"

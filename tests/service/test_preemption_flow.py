@@ -166,7 +166,7 @@ def test_preemption_policy_never_and_the_flag_switch_it_off():
 def test_the_queue_preempts_for_a_gang_kube_scheduler_never_offered():
     service, actions, _ = full_cluster()
     service.state.watch_is_truth = True
-    service.scheduler.lifecycle.scheduler_names = frozenset({""})
+    service.scheduler.lifecycle.admission.scheduler_names = frozenset({""})
     for i in range(2):
         service.state.upsert_pod(pending("urgent", i, 2, 100))
     service.scheduler.tick()

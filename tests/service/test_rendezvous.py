@@ -33,7 +33,7 @@ class GatedBinder(MemoryBinder):
 def test_pod_0_does_not_move_while_a_peers_binding_is_in_flight():
     service = make_service(make_nodes(racks=1, nodes_per_rack=4), actions=MemoryActions(), synchronous_actions=True)
     binder = GatedBinder()
-    service.scheduler.binder = binder
+    service.scheduler.bind_verb.binder = binder  # kube-scheduler's /bind posts its Binding through `BindVerb`
     pods = [gang_pod("g", i, 2) for i in range(2)]
     [node0] = filter_nodes(service.filter(pods[0]))
     [node1] = filter_nodes(service.filter(pods[1]))

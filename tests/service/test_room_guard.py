@@ -121,7 +121,7 @@ def test_a_pod_the_watch_has_not_shown_is_judged_by_its_body_and_nothing_is_kept
 
 def test_without_direct_binding_every_offered_node_passes():
     service = direct_service(cpu_nodes(3))
-    service.scheduler.direct = None
+    service.scheduler.room_guard.direct = None  # `/guard` as answered with no direct binder
     assert sorted(guard(service, cpu_pod("p"))["NodeNames"]) == ALL
 
 

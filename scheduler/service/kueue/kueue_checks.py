@@ -317,7 +317,7 @@ class KueueCheckController:
     def reserve(self, gang: Any, member: Any, priority: int, uid: str, why: str) -> tuple[Any, str]:
         """Reserve the gang now if it fits without delaying meshfit's queue head: (entry, "") or (None, reason)."""
         lifecycle, topo, key = self.scheduler.lifecycle, self.state.topology, gang.key
-        placement = lifecycle.place_gang(gang, topo, self.scheduler.policy)
+        placement = lifecycle.admission.place_gang(gang, topo, self.scheduler.policy)
         head = lifecycle.queue.head_before(key, priority, topo)
         if placement.placed and (head is None or not delays_head(topo, head, usage_of(placement, topo))):
             entry = self.state.ledger.reserve(placement)

@@ -2,7 +2,7 @@
 
 `ElasticGangs` hooks into `GangLifecycle` (see docs/elastic.md for the rules):
 
-- **Start**: `place` (the lifecycle's `place_gang`) tries dp = max, max-1, ... min and reserves the first
+- **Start**: `place` (the lifecycle admission's `place_gang`) tries dp = max, max-1, ... min and reserves the first
   that fits; the reservation's gang *is* the active size (pods `0 .. dp*pods_per_replica - 1`).
 - **Beyond the size**: a member whose index is at or past the active size is refused at filter with
   "elastic gang g runs at dp=6 of 4..16; this pod waits for room to grow" (`beyond_size`), and any such
@@ -62,7 +62,7 @@ class ElasticGangs:
         last member's binding became known: its bind call, or only the watch after a bind call that failed)."""
         self._placed: dict[str, Placement] = {}
         """Gang key -> the sized placement `place` last returned (its entry is fresh, not rebuilt after a restart)."""
-        self.lifecycle.place_gang = self.place
+        self.lifecycle.admission.place_gang = self.place
         self.lifecycle.upkeep.append(self.upkeep)
         self.lifecycle.row_extras.append(self.row_extra)
         self.state.ledger.normalize_given = self.normalize_given

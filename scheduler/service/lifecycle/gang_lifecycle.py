@@ -22,26 +22,33 @@ through an `ActionDispatcher`, off the lock):
   is rolled back whole: its bound members are evicted (their controllers recreate them), every
   slot is released, and the gang is placed afresh.  Each step is logged and recorded as a
   Kubernetes Event on the gang's pods.
+
+The class decides what happens to members and keeps their bookkeeping; it builds and wires its collaborators, each
+with one job: `GangAdmission` (the queue), `GangRepairs` (moves, releases, rollbacks), `GangPhases` (the state
+machine and the rollbacks in progress), `MemberFit` (where members fit besides GPUs) and `GangCalls` (requeues,
+evictions and Events).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any, Callable
+from typing import Callable
 
-from scheduler.placement.engine import place
-from scheduler.gangs.profile import SCHEDULER_NAMES
-from scheduler.gangs.lifecycle import GangStateMachine, phase_of
+from scheduler.gangs.lifecycle import GangStateMachine
 from scheduler.gangs.queue import BACKFILL_EASY, GangQueue
+from scheduler.placement.jobs import Gang
 from scheduler.placement.result import Placement
 from scheduler.gangs.ledger import SLOT_RELEASED, SLOT_RESERVED, Reservation
 from scheduler.service.lifecycle.actions import EVENT_NORMAL, EVENT_WARNING, ActionDispatcher, PodRef
 from scheduler.cache.pod_record import PodRecord
-from scheduler.service.lifecycle.gang_admission import BIND_BACKLOG_LIMIT, GangAdmission
+from scheduler.service.lifecycle.gang_admission import GangAdmission
+from scheduler.service.lifecycle.gang_calls import GangCalls, first_ref, pod_ref
 from scheduler.service.lifecycle.gang_notices import ReservedNotices
+from scheduler.service.lifecycle.gang_phases import GangPhases
 from scheduler.service.lifecycle.gang_repairs import GangRepairs
 from scheduler.service.lifecycle.gang_rows import gang_counts, gang_rows
+from scheduler.service.lifecycle.member_fit import MemberFit, MemberNodes, gang_members
 from scheduler.cache.state import ClusterState
 
 log = logging.getLogger("meshfit.gang")
@@ -51,7 +58,7 @@ REQUEUE_MAX_SECONDS = 30.0
 DEFAULT_COMPLETION_TIMEOUT = 300.0
 
 
-class GangLifecycle(GangRepairs, GangAdmission):
+class GangLifecycle:
     """Queue, requeues, completion and rollback of gangs; see the module docstring."""
 
     def __init__(self, state: ClusterState, dispatcher: ActionDispatcher, policy: str,
@@ -64,8 +71,6 @@ class GangLifecycle(GangRepairs, GangAdmission):
         """Pod uid -> last time it reached filter or bind."""
         self.turned_away: dict[str, float] = {}
         """Pod uid -> when meshfit last refused it (it may be parked by kube-scheduler)."""
-        self.requeued: dict[str, tuple[float, int]] = {}
-        """Pod uid -> (last requeue time, requeues so far)."""
         self.told: dict[str, str] = {}
         """Pod uid -> the last waiting reason recorded as an Event (one Event per change, not per retry)."""
         self.rolling_back: dict[str, set[str]] = {}
@@ -75,14 +80,6 @@ class GangLifecycle(GangRepairs, GangAdmission):
         self.counters = Counter()
         self.republish: set[str] = set()
         """Gangs (re)reserved since the scheduler last published rank tables (their nodes changed)."""
-        self.noticed: dict[str, float] = {}
-        """Pod uid -> when a tick first saw it pending in the watch."""
-        self.group_cycle: dict[str, float] = {}
-        """Pod uid -> when kube-scheduler's group cycle last asked for it (`PlacePodGroup`): its queue retries it."""
-        self.group_cycle_sources: frozenset[str] = frozenset()
-        """Gang sources whose members only kube-scheduler's group cycle places (`meshfit serve --group-cycle`)."""
-        self.scheduler_names: frozenset[str] = SCHEDULER_NAMES
-        """`spec.schedulerName`s whose pending gangs meshfit queues from the watch (its kube-scheduler profile)."""
         self.observe_wait: Callable[[str, float], None] | None = None
         """Called with ("reserved" | "bound", seconds since the gang's first member arrived)."""
         self._logged_wait: dict[str, str] = {}
@@ -90,47 +87,48 @@ class GangLifecycle(GangRepairs, GangAdmission):
         self.upkeep: list[Callable[[float], None]] = []
         """Extra periodic passes (replacement of members on failed nodes, spares, elastic resizing), run by
         `tick` under the lock after the repairs and before the queue pass, with the clock's time."""
-        self.unplaced: list[Callable[[Any, int, Placement], str]] = []
+        self.unplaced: list[Callable[[Gang, int, Placement], str]] = []
         """Called under the lock when a gang (`Gang`, priority, failed `Placement`) does not fit: a non-empty
         answer (e.g. "preempting gangs ...") replaces the shortfall reason the gang waits with."""
         self.row_extras: list[Callable[[str, dict], None]] = []
         """Called with (gang key, row) for each reserved / bound row of `GET /gangs` to add fields."""
-        self.place_gang: Callable[[Any, Any, str], Placement] = place
-        """`place(gang, topology, policy)` for new reservations (elastic gangs try their largest size that fits)."""
-        self.bind_backlog: Callable[[], int] = lambda: 0
-        self.backlog_limit = BIND_BACKLOG_LIMIT
-        """Members the direct binder has taken on and not yet seen bound (Bindings in flight, members nominated or
-        assumed); the queue admits no gang while it is at `BIND_BACKLOG_LIMIT`, so an admitted gang binds at once
-        instead of queueing behind thousands of members."""
-        self.pass_cut_short = False
-        """The last queue pass stopped before its end (members backlog or time budget): the next tick passes again."""
         self.machine = GangStateMachine()
         """Every gang's phase and the named transitions listeners attach to (`scheduler.gangs.lifecycle`)."""
         self.leaves_to_kube: Callable[[PodRecord], bool] = lambda record: True
         """Whether kube-scheduler must bind this member (so a parked one needs a requeue); False for members
         meshfit binds itself (`scheduler.service.binding.gang_binding`)."""
-        self.member_nodes: Callable[[PodRecord], dict[str, int] | None] = lambda record: None
-        """Node -> GPUs members like this one can take there besides their other requests (None: not known, any
-        node); see `member_room`."""
         self.wired: dict[str, tuple[str, str]] = {}
         """Pod uid -> (kind, text) of the refusal kube-scheduler was last given (see `wire_reason`)."""
         self.told_gang: dict[str, str] = {}
         """Gang key -> the waiting reason last recorded as an Event (one Event per gang per change)."""
         self.notices = ReservedNotices(dispatcher, clock)
         """`GangReserved` Events held back until the gang is bound (then folded into `GangBound`) or waits."""
+        self.fit = MemberFit(state)
+        """Where members fit besides GPUs (`member_nodes`: the direct binder's, once `use_direct_binder` is called)."""
+        self.calls = GangCalls(dispatcher, clock, self.counters)
+        """Requeues (with each pod's requeue history), evictions and Events for members."""
+        self.phases = GangPhases(state, self.queue, self.machine, self.rolling_back)
+        """Each gang's phase in `machine`, and the rollbacks in progress."""
+        self.repairs = GangRepairs(state, self.queue, policy, clock, completion_timeout, self.fit, self.phases,
+                                   self.calls, self.notices, self.turned_away, self.counters, on_reserved=self.reserved)
+        """Moves, releases and rollbacks of reserved gangs."""
+        self.admission = GangAdmission(state, self.queue, policy, clock, self.fit, self.phases, self.seen,
+                                       self.unplaced, on_reserved=self.reserved)
+        """The gang queue's admission, and its settings (`place_gang`, `scheduler_names`, the group cycle's)."""
 
     def use_direct_binder(self, leaves_to_kube: Callable[[PodRecord], bool], bind_backlog: Callable[[], int],
-                          member_nodes: Callable[[PodRecord], dict[str, int] | None], backlog_limit: int) -> None:
+                          member_nodes: MemberNodes, backlog_limit: int) -> None:
         """Members are nominated and bound by meshfit's direct binder: which ones it leaves to kube-scheduler, how
         many Bindings it has in flight (no gang is reserved while they reach `backlog_limit`), and on which nodes a
         member fits besides its GPUs."""
-        self.leaves_to_kube, self.bind_backlog, self.member_nodes = leaves_to_kube, bind_backlog, member_nodes
-        self.backlog_limit = backlog_limit
+        self.leaves_to_kube = leaves_to_kube
+        self.fit.use_direct_binder(member_nodes)
+        self.admission.use_direct_binder(bind_backlog, backlog_limit)
 
     # ----- members ----------------------------------------------------------------------------
     def pod_ref(self, record: PodRecord) -> PodRef:
         """The `PodRef` of a record."""
-        return PodRef(record.namespace, record.name, record.uid)
+        return pod_ref(record)
 
     def arrived(self, record: PodRecord) -> None:
         """A member reached filter or bind (so kube-scheduler is not sitting on it)."""
@@ -155,16 +153,8 @@ class GangLifecycle(GangRepairs, GangAdmission):
             self.dispatcher.event(self.pod_ref(record), "GangWaiting", reason, EVENT_NORMAL)
 
     def observe(self, key: str) -> str | None:
-        """Record the gang's phase in the state machine (its listeners run for the transition taken)."""
-        phase = phase_of(self.state.ledger.get(key), key in self.rolling_back, key in self.queue.entries)
-        return self.machine.observe(key, phase)
-
-    def observe_all(self) -> None:
-        """`observe` every gang the ledger, the queue, a rollback or the machine knows (the periodic pass)."""
-        keys = set(self.state.ledger.entries) | set(self.queue.entries) | set(self.rolling_back) | set(
-            self.machine.phases)
-        for key in sorted(keys):
-            self.observe(key)
+        """Record the gang's phase in the state machine (`GangPhases.observe`: its listeners run for the transition)."""
+        return self.phases.observe(key)
 
     def wire_reason(self, record: PodRecord, reason: str) -> str:
         """The refusal text kube-scheduler gets for a member: kept word for word while its kind is unchanged.
@@ -193,13 +183,7 @@ class GangLifecycle(GangRepairs, GangAdmission):
 
     def members(self, gang_key: str) -> list[PodRecord]:
         """Known members of a gang (call under the lock)."""
-        return list(self.state.gang_index.get(gang_key, {}).values())
-
-    def _requeue(self, record: PodRecord, node: str | None) -> None:
-        last, count = self.requeued.get(record.uid, (0.0, 0))
-        self.requeued[record.uid] = (self.clock(), count + 1)
-        self.counters["requeues"] += 1
-        self.dispatcher.requeue(self.pod_ref(record), node)
+        return gang_members(self.state, gang_key)
 
     # ----- decisions ------------------------------------------------------------------------------
     def reserved(self, entry: Reservation, by: PodRecord | None, how: str) -> None:
@@ -217,15 +201,15 @@ class GangLifecycle(GangRepairs, GangAdmission):
         log.info(f"gang {entry.gang_key}: {detail}", extra={"gang": entry.gang_key, "decision": "reserved"})
         members = self.members(entry.gang_key)
         if members:  # its Event is held: a gang bound promptly gets one Event, GangBound, saying both
-            self.notices.hold(entry.gang_key, self._first_ref(members), detail)
+            self.notices.hold(entry.gang_key, first_ref(members), detail)
         for record in members:
             if record.node:
                 continue
             self.told.pop(record.uid, None)
             parked = record.uid in self.turned_away or (by is None and record.uid not in self.seen)
             if parked and (by is None or record.uid != by.uid) and self.leaves_to_kube(record) \
-                    and not self.in_group_cycle(record):  # refused before,
-                self._requeue(record, entry.node_of(record.member.index))  # or never asked about: it may be parked
+                    and not self.admission.in_group_cycle(record):  # refused before,
+                self.calls.requeue(record, entry.node_of(record.member.index))  # or never asked about: may be parked
         self.observe(entry.gang_key)
 
     def completed(self, entry: Reservation) -> None:
@@ -237,17 +221,7 @@ class GangLifecycle(GangRepairs, GangAdmission):
         self._observe(entry.gang_key, "bound")
         message = f"gang {entry.gang_key}: all {len(entry.gang.pods)} pods bound" + self.notices.bound(entry.gang_key)
         log.info(message, extra={"gang": entry.gang_key, "decision": "bound"})
-        self._tell_gang(self.members(entry.gang_key), "GangBound", message)
-
-    def _tell_gang(self, members: list[PodRecord], reason: str, message: str) -> None:
-        """A Normal gang-wide Event on one pod (the lowest index): kube-scheduler already records its own
-        `Scheduled` Event on every pod, and an API call per member per step would halve the bind rate."""
-        if members:
-            self.dispatcher.event(self._first_ref(members), reason, message, EVENT_NORMAL)
-
-    def _first_ref(self, members: list[PodRecord]) -> PodRef:
-        """The pod gang-wide Events are recorded on: the member of lowest index."""
-        return self.pod_ref(min(members, key=lambda r: r.member.index))
+        self.calls.tell_gang(self.members(entry.gang_key), "GangBound", message)
 
     def expired(self, keys: list[str]) -> None:
         """Reservations released by their TTL: back to the queue, pods told."""
@@ -276,6 +250,35 @@ class GangLifecycle(GangRepairs, GangAdmission):
         self.turned_away[record.uid] = self.clock()
         self.seen.pop(record.uid, None)
 
+    # ----- admission, repairs and rollbacks (collaborators) -----------------------------------------
+    def try_reserve(self, record: PodRecord, offered: frozenset[str] | None) -> tuple[Reservation | None, str]:
+        """Place and reserve the gang of `record` if it fits and may start now; else queue it with the reason
+        (`GangAdmission.try_reserve`)."""
+        return self.admission.try_reserve(record, offered)
+
+    def admit_waiting(self) -> list[str]:
+        """One pass over the waiting gangs in order; reserves those that may start now, returns their keys
+        (`GangAdmission.admit_waiting`)."""
+        return self.admission.admit_waiting()
+
+    def release(self, key: str, message: str) -> None:
+        """Release a gang's reservation whole (nothing of it bound), placed afresh by the queue (`GangRepairs`)."""
+        self.repairs.release(key, message)
+
+    def rollback(self, entry: Reservation, reason: str) -> None:
+        """Roll the gang back whole: evict its bound members, release every slot, place it afresh later
+        (`GangRepairs.rollback`)."""
+        self.repairs.rollback(entry, reason)
+
+    def evicted_whole(self, key: str, uids: set[str]) -> None:
+        """Every bound member of the gang is being deleted by someone else: hold nothing for it, place it afresh once
+        they are gone (`GangRepairs.evicted_whole`)."""
+        self.repairs.evicted_whole(key, uids)
+
+    def is_rolling_back(self, key: str) -> bool:
+        """True while evicted members of the gang's rollback are still present (`GangPhases.is_rolling_back`)."""
+        return self.phases.is_rolling_back(key)
+
     # ----- periodic ---------------------------------------------------------------------------
     def tick(self) -> None:
         """Everything time- or capacity-driven: rollbacks, moves off bad nodes, requeues, the queue."""
@@ -283,38 +286,23 @@ class GangLifecycle(GangRepairs, GangAdmission):
         self._forget_gone()
         for key, entry in list(self.state.ledger.entries.items()):
             if entry.status != "bound" and key not in self.rolling_back:
-                self._repair(key, entry, now)
+                self.repairs.repair(key, entry, now)
         for key, entry in list(self.state.ledger.entries.items()):
             if entry.status != "bound" and key not in self.rolling_back:
                 self._requeue_overdue(entry, now)
         for upkeep in self.upkeep:
             upkeep(now)
-        self._enqueue_pending_from_watch(now)
+        self.admission.enqueue_unasked(now)
         self.notices.write_due()
         capacity = (self.state.generation, self.state.topology.gpus_free, len(self.queue.entries))
-        if self.queue.entries and (capacity != self._last_capacity or self.pass_cut_short
+        if self.queue.entries and (capacity != self._last_capacity or self.admission.pass_cut_short
                                    or now - self._last_pass > 10.0):
             self._last_capacity, self._last_pass = capacity, now
             self.admit_waiting()
-        self.observe_all()
-
-    def is_rolling_back(self, key: str) -> bool:
-        """True while evicted members of the gang's rollback are still present (they keep it from being re-placed)."""
-        evicted = self.rolling_back.get(key)
-        if evicted is None:
-            return False
-        evicted &= {r.uid for r in self.members(key)}
-        if not evicted:
-            del self.rolling_back[key]
-            return False
-        return True
+        self.phases.observe_all()
 
     def _forget_gone(self) -> None:
-        for key in list(self.rolling_back):
-            present = {r.uid for r in self.members(key)}
-            self.rolling_back[key] &= present
-            if not self.rolling_back[key]:
-                del self.rolling_back[key]
+        self.phases.forget_gone()
         for key in [k for k in self.queue.entries if not any(not r.node for r in self.members(k))]:
             self.queue.forget(key)
         gone = [k for k in self.queue.arrivals if k not in self.state.gang_index and k not in self.state.ledger.entries]
@@ -323,27 +311,27 @@ class GangLifecycle(GangRepairs, GangAdmission):
             self._logged_wait.pop(key, None)
             self.told_gang.pop(key, None)
         known = self.state.pods
-        for table in (self.seen, self.turned_away, self.requeued, self.told, self.noticed, self.wired,
-                      self.group_cycle):
+        for table in (self.seen, self.turned_away, self.calls.requeued, self.told, self.wired):
             for uid in [u for u in table if u not in known]:
                 del table[uid]
+        self.admission.forget_gone(known)
 
     def _requeue_overdue(self, entry: Reservation, now: float) -> None:
         for record in self.members(entry.gang_key):
             if record.node or entry.node_of(record.member.index) is None or not self.leaves_to_kube(record) \
-                    or self.in_group_cycle(record):
+                    or self.admission.in_group_cycle(record):
                 continue
             slot = entry.slots[record.member.index]
             if slot.state != SLOT_RESERVED:
                 continue
-            last, count = self.requeued.get(record.uid, (0.0, 0))
+            last, count = self.calls.requeued.get(record.uid, (0.0, 0))
             quiet_since = max(self.seen.get(record.uid, 0.0), last, entry.created_at)
             if record.uid in self.turned_away and self.turned_away[record.uid] >= quiet_since:
                 wait = 0.5  # refused after its last requeue: kube-scheduler parks it now, bring it back soon
             else:
                 wait = min(REQUEUE_FIRST_SECONDS * 2 ** count, REQUEUE_MAX_SECONDS)
             if now - quiet_since >= wait:
-                self._requeue(record, slot.node)
+                self.calls.requeue(record, slot.node)
 
     def counts(self) -> tuple[Counter, Counter]:
         """(gangs by state as in `rows`, waiting gangs by priority), for the metrics (call under the lock)."""

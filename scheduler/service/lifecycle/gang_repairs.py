@@ -1,19 +1,24 @@
-"""What `GangLifecycle` does to a reserved gang that cannot go on as it is (a mixin): members moved off nodes that
-became unusable, missing members re-held next to their bound peers, the gang released whole while nothing of it is
-bound, or rolled back whole (bound members evicted) when pod 0's rendezvous is lost or it is not fully bound
+"""`GangRepairs`: what is done to a reserved gang that cannot go on as it is: members moved off nodes that became
+unusable, missing members re-held next to their bound peers, the gang released whole while nothing of it is bound,
+or rolled back whole (bound members evicted) when pod 0's rendezvous is lost or it is not fully bound
 `completion_timeout` seconds after its first bind.  See `scheduler.service.lifecycle.gang_lifecycle`."""
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any, Callable
+from typing import Callable
 
-from scheduler.cache.pod_record import PodRecord
+from scheduler.cache.state import ClusterState
 from scheduler.gangs.ledger import SLOT_RELEASED, SLOT_RESERVED, Reservation, reservation_key
+from scheduler.gangs.queue import GangQueue
 from scheduler.gangs.reserve_ops import reserve_remaining
 from scheduler.placement.offered import gpus_capped, offered_only
 from scheduler.service.lifecycle.actions import EVENT_WARNING
+from scheduler.service.lifecycle.gang_calls import GangCalls
+from scheduler.service.lifecycle.gang_notices import ReservedNotices
+from scheduler.service.lifecycle.gang_phases import GangPhases, OnReserved
+from scheduler.service.lifecycle.member_fit import MemberFit, gang_members
 
 log = logging.getLogger("meshfit.gang")
 
@@ -26,30 +31,24 @@ reservation, or its rebuild)."""
 
 
 class GangRepairs:
-    """`_repair`, `release`, `rollback` and `evicted_whole`; mixed into `GangLifecycle` (it provides `state`, `queue`,
-    `policy`, `dispatcher`, `clock`, `completion_timeout`, `counters`, `rolling_back`, `turned_away`, `member_room`,
-    `members`, `observe`, `reserved`, `pod_ref`, `notices`, `_pending_members`, `_requeue` and `_tell_gang`)."""
+    """Repairs, releases and rollbacks of reserved gangs (call under the lock)."""
 
-    state: Any
-    queue: Any
-    policy: str
-    dispatcher: Any
-    clock: Callable[[], float]
-    completion_timeout: float
-    counters: Counter
-    rolling_back: dict
-    turned_away: dict
-    member_room: Any
-    members: Callable[[str], list[PodRecord]]
-    observe: Any
-    reserved: Any
-    pod_ref: Any
-    notices: Any
-    _pending_members: Any
-    _requeue: Any
-    _tell_gang: Any
+    def __init__(self, state: ClusterState, queue: GangQueue, policy: str, clock: Callable[[], float],
+                 completion_timeout: float, fit: MemberFit, phases: GangPhases, calls: GangCalls,
+                 notices: ReservedNotices, turned_away: dict[str, float], counters: Counter,
+                 on_reserved: OnReserved) -> None:
+        self.state, self.queue, self.policy, self.clock = state, queue, policy, clock
+        self.completion_timeout = completion_timeout
+        self.fit, self.phases, self.calls, self.notices = fit, phases, calls, notices
+        self.turned_away = turned_away
+        """Pod uid -> when meshfit last refused it (the lifecycle's: a released gang requeues only those members)."""
+        self.counters = counters
+        self.on_reserved = on_reserved
+        """The lifecycle's `reserved`: members re-held or moved are a new reservation of the gang."""
 
-    def _repair(self, key: str, entry: Reservation, now: float) -> None:
+    def repair(self, key: str, entry: Reservation, now: float) -> None:
+        """The periodic check of one reserved, not fully bound gang: move members off unusable nodes, re-hold missing
+        ones (or queue them ahead of every other gang), release it or roll it back (see the module docstring)."""
         topo = self.state.topology
         bad = [s for s in entry.slots.values() if s.state == SLOT_RESERVED
                and (s.node not in topo.node_by_name or not topo.node_by_name[s.node].schedulable)]
@@ -62,11 +61,11 @@ class GangRepairs:
             for slot in bad:
                 topo.remove_pod(reservation_key(key, slot.index))
                 slot.state = SLOT_RELEASED
-            allowed, caps = self.member_room(self._pending_members(key), None)
+            allowed, caps = self.fit.member_room(self.fit.pending(key), None)
             with offered_only(topo, allowed), gpus_capped(topo, caps):
                 placement, reason = reserve_remaining(self.state.ledger, entry, topo, self.policy)
             if placement is not None:
-                self.reserved(entry, None, "members moved off unusable nodes" if bad else "missing members re-held")
+                self.on_reserved(entry, None, "members moved off unusable nodes" if bad else "missing members re-held")
             elif entry.has_bound() and entry.bound_given() is not None and "pod 0" in reason:
                 self.rollback(entry, reason)
                 return
@@ -87,53 +86,53 @@ class GangRepairs:
         self.state.ledger.unreserve(key)
         self.notices.flush(key)
         log.warning(message, extra={"gang": key, "decision": "released"})
-        members = self.members(key)
-        self._tell_gang(members, "GangReleased", message)
+        members = gang_members(self.state, key)
+        self.calls.tell_gang(members, "GangReleased", message)
         if entry is not None and members:
             self.queue.note(key, max(r.priority for r in members), len(entry.gang.pods), entry.gang.gpus_per_pod,
                             message, self.clock())
         for record in members:
             if not record.node and record.uid in self.turned_away:
-                self._requeue(record, None)
-        self.observe(key)
+                self.calls.requeue(record, None)
+        self.phases.observe(key)
 
     def _note_unreserved(self, key: str, message: str) -> None:
         self.notices.flush(key)
         log.warning(message, extra={"gang": key, "decision": "released"})
-        for record in self.members(key):
-            self.dispatcher.event(self.pod_ref(record), "GangReleased", message, EVENT_WARNING)
+        for record in gang_members(self.state, key):
+            self.calls.event(record, "GangReleased", message, EVENT_WARNING)
             if not record.node:
-                self._requeue(record, None)
+                self.calls.requeue(record, None)
 
     def rollback(self, entry: Reservation, reason: str) -> None:
         """Roll the gang back whole: evict its bound members, release every slot, place it afresh later."""
         key = entry.gang_key
-        self.observe(key)  # the phase it is leaving (a gang rebuilt by a re-list may not be recorded yet)
+        self.phases.observe(key)  # the phase it is leaving (a gang rebuilt by a re-list may not be recorded yet)
         message = f"gang {key} rolled back: {reason}; its bound members are evicted and the gang placed afresh"
         self.notices.flush(key)
         log.warning(message, extra={"gang": key, "decision": "rolled-back"})
         self.counters["rollbacks"] += 1
         evicted = set()
-        for record in self.members(key):
-            self.dispatcher.event(self.pod_ref(record), "GangRolledBack", message, EVENT_WARNING)
+        for record in gang_members(self.state, key):
+            self.calls.event(record, "GangRolledBack", message, EVENT_WARNING)
             if record.node:
                 evicted.add(record.uid)
-                self.dispatcher.evict(self.pod_ref(record), message)
+                self.calls.evict(record, message)
         self.state.ledger.unreserve(key)
         if evicted:
-            self.rolling_back[key] = evicted
-        self.observe(key)
+            self.phases.rolling_back[key] = evicted
+        self.phases.observe(key)
 
     def evicted_whole(self, key: str, uids: set[str]) -> None:
         """Every bound member of the gang is being deleted by someone else (kube-scheduler's preemption, a user):
         hold nothing for it -- the room goes to whoever evicted it -- and place it afresh once they are gone."""
-        if key in self.rolling_back:
+        if key in self.phases.rolling_back:
             return
-        self.observe(key)
+        self.phases.observe(key)
         entry = self.state.ledger.get(key)
         if entry is not None:
             self.state.ledger.unreserve(key)
-        self.rolling_back[key] = set(uids)
+        self.phases.rolling_back[key] = set(uids)
         log.warning("gang %s: all its bound members are being deleted (preempted or removed); it holds nothing and "
                     "is placed afresh once they are gone", key, extra={"gang": key, "decision": "evicted"})
-        self.observe(key)
+        self.phases.observe(key)

@@ -1,4 +1,4 @@
-"""`GET /gangs` rows and the gang-state counts behind the metrics, read from a `GangLifecycle`."""
+"""`GET /gangs` rows and the gang-state counts behind the metrics, read from a `GangRowSource` (the gang lifecycle)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from scheduler.gangs.ledger import Reservation
 from scheduler.gangs.profile import INVALID_STATE, invalid_reason
 
 
-class GangLifecycle(Protocol):
+class GangRowSource(Protocol):
     """What the rows are read from (`scheduler.service.lifecycle.gang_lifecycle.GangLifecycle` provides it)."""
 
     state: Any
@@ -22,7 +22,7 @@ class GangLifecycle(Protocol):
         ...
 
 
-def gang_counts(lifecycle: GangLifecycle) -> tuple[Counter, Counter]:
+def gang_counts(lifecycle: GangRowSource) -> tuple[Counter, Counter]:
     """(gangs by state as in `gang_rows`, waiting gangs by priority), for the metrics (call under the lock)."""
     by_state, by_priority = Counter(), Counter()
     for row in gang_rows(lifecycle):
@@ -32,7 +32,7 @@ def gang_counts(lifecycle: GangLifecycle) -> tuple[Counter, Counter]:
     return by_state, by_priority
 
 
-def gang_rows(lifecycle: GangLifecycle) -> list[dict]:
+def gang_rows(lifecycle: GangRowSource) -> list[dict]:
     """Waiting gangs in queue order, then reserved / bound ones (call under the lock)."""
     rows = [w.to_json(i) for i, w in enumerate(lifecycle.queue.ordered(), 1)]
     ledger = lifecycle.state.ledger.entries

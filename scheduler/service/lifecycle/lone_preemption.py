@@ -125,7 +125,7 @@ class LonePreemption:
     # ----- planning ----------------------------------------------------------------------------
     def _waiting(self, now: float) -> list[PodRecord]:
         """Lone GPU pods of meshfit's profile that have waited `WAIT_SECONDS` with no node free for them."""
-        names, found, seen = self.lifecycle.scheduler_names, [], set()
+        names, found, seen = self.lifecycle.admission.scheduler_names, [], set()
         lone = [r for r in self.state.pods.values()
                 if r.member is None and not r.node and r.gpus > 0 and not r.terminating
                 and r.phase not in FINISHED_PHASES and r.scheduler_name in names and r.preemption_policy != NEVER

@@ -20,7 +20,7 @@ taint, condition, label, GPUs lost, deleted):
    `GET /gangs` row (`replacement`) and `meshfit_member_replacements_total{source}`.
 
 With no room anywhere the lost members are still evicted (their node is failed) and the gang waits
-incomplete at the head of the queue (`GangLifecycle._repair`), where the completion timeout's
+incomplete at the head of the queue (`GangRepairs.repair`), where the completion timeout's
 rollback still applies.
 
 Failures that come close together are handled as one: while another member of the gang sits on a node
@@ -189,7 +189,7 @@ class MemberReplacement:
                 self.lifecycle.dispatcher.evict(self.lifecycle.pod_ref(record), self.evicted[uid][1])
 
     def _spares_for_incomplete(self, now: float) -> None:
-        """Partly bound gangs whose missing members found no ordinary room this tick (`GangLifecycle._repair`
+        """Partly bound gangs whose missing members found no ordinary room this tick (`GangRepairs.repair`
         ran first: members deleted by someone else, or a replacement that waited) may take spares."""
         if not self.spares.holds:
             return

@@ -1,7 +1,7 @@
 """Spare capacity in the service: a per-leaf pool of whole free nodes, and per-gang spare pod slots.
 
 Spares are *holdings in the topology*, like reservations, so every placement (gangs, the queue, plain
-GPU pods through `_filter_single`) simply sees no free GPUs there and never takes them:
+GPU pods through `FilterVerb._filter_single`) simply sees no free GPUs there and never takes them:
 
 - **Pool** (`--spare-fraction F`): in each leaf domain (`scheduler.gangs.spares.leaf_of`) ceil(F x nodes)
   healthy, schedulable, wholly free nodes are held whole under `spare:<node>`, highest index first

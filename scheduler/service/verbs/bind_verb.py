@@ -1,4 +1,4 @@
-"""The `/bind` verb of `GangScheduler` (a mixin): a gang member's slot claimed, bound, and the gang's milestone.
+"""`BindVerb`, the `/bind` verb: a gang member's slot claimed, bound, and the gang's milestone.
 
 kube-scheduler's `/bind` of a member meshfit's own binder (`scheduler.service.binding.gang_binding`) is binding waits
 for that Binding's outcome; a member already bound to the node asked for is answered idempotently; a GPU pod outside
@@ -8,13 +8,19 @@ any gang is assumed on its node at bind so no concurrent gang placement takes it
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Callable
 
 from scheduler.cache.pod_record import PodRecord
-from scheduler.gangs.ledger import SLOT_BOUND, STATUS_BOUND, Reservation
-from scheduler.gangs.rendezvous import given_from_assignment
-from scheduler.service.binding.binder import RendezvousMissing, bind_assignment
+from scheduler.cache.state import ClusterState
+from scheduler.gangs.ledger import SLOT_BOUND, Reservation
+from scheduler.gangs.rendezvous import GivenRendezvous, given_from_assignment
+from scheduler.gangs.sources import GangMembership
+from scheduler.handoff.assignment import PodAssignment
+from scheduler.service.binding.binder import Binder, RendezvousMissing, bind_assignment
+from scheduler.service.binding.gang_binding import GangBinding
+from scheduler.service.lifecycle.gang_lifecycle import GangLifecycle
 from scheduler.service.lifecycle.lone_preemption import free_for, release_hold
+from scheduler.service.verbs.gang_completion import GangCompletion
 
 GATE_SECONDS = 4.0
 """How long kube-scheduler's `/bind` of a member waits for its unbound gang's other members: under the extender's
@@ -24,20 +30,21 @@ UNKNOWN_NODE_REASON = "node is not in meshfit's cluster state (no GPU resource, 
 
 
 class BindVerb:
-    """`bind` and its helpers; mixed into `GangScheduler` (it provides `state`, `binder`, `lifecycle`, `direct`,
-    `rank_tables`, `observe_binding`, `run_direct_binds` and `sweep`)."""
+    """`bind` over one `ClusterState` and `Binder`: claims the member's slot, posts the Binding, reports the outcome to
+    the lifecycle and `GangCompletion` (the caller sweeps expired reservations first)."""
 
-    state: Any
-    binder: Any
-    lifecycle: Any
-    direct: Any
-    rank_tables: Any
-    observe_binding: Any
-    run_direct_binds: Any
+    def __init__(self, state: ClusterState, binder: Binder, lifecycle: GangLifecycle, direct: GangBinding | None,
+                 completion: GangCompletion, observe: Callable[[float, bool], None],
+                 run_direct_binds: Callable[[], None]) -> None:
+        self.state, self.binder, self.lifecycle, self.direct = state, binder, lifecycle, direct
+        self.completion = completion
+        self.observe = observe
+        """Called with (seconds, succeeded) after each Binding posted for kube-scheduler's `/bind`."""
+        self.run_direct_binds = run_direct_binds
+        """Posts the Bindings the direct binder queued (synchronous mode, tests; a no-op otherwise)."""
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Bind through the binder with the rank annotations; returns an error text ("" on success)."""
-        self.sweep()
         blocked = self._wait_for_gang_gate(namespace, name)
         if blocked:
             return blocked
@@ -83,14 +90,15 @@ class BindVerb:
                 with self.state.lock:
                     self.direct.kube_let_go(record)
 
-    def _post_binding(self, namespace: str, name: str, uid: str, node: str, record: PodRecord, member: Any,
-                      annotations: dict, assumed: bool, given: Any) -> str:
+    def _post_binding(self, namespace: str, name: str, uid: str, node: str, record: PodRecord,
+                      member: GangMembership | None, annotations: dict, assumed: bool,
+                      given: GivenRendezvous | None) -> str:
         """Post kube-scheduler's Binding with the member's annotations; "" or the error."""
         started = time.perf_counter()
         try:
             self.binder.bind(namespace, name, uid or record.uid, node, annotations)
         except Exception as exc:  # noqa: BLE001 - any binder failure is reported to kube-scheduler
-            self.observe_binding("kube-scheduler", time.perf_counter() - started, False)
+            self.observe(time.perf_counter() - started, False)
             error = f"binding {namespace}/{name} to {node} failed: {exc}"
             with self.state.lock:
                 if member is not None:
@@ -99,10 +107,10 @@ class BindVerb:
                 if assumed:
                     self.state.unassume(namespace, name)
             return error
-        self.observe_binding("kube-scheduler", time.perf_counter() - started, True)
+        self.observe(time.perf_counter() - started, True)
         self.state.record_binding(namespace, name, node, given)
         if member is not None:
-            self._publish_if_bound(member.gang_key)
+            self.completion.publish_if_bound(member.gang_key)
         return ""
 
     def _wait_for_gang_gate(self, namespace: str, name: str) -> str:
@@ -138,7 +146,8 @@ class BindVerb:
             return None
         return "" if bound_to == node else f"pod {record.key} is already bound to node {bound_to}, not {node}"
 
-    def _claim_slot(self, record: PodRecord, entry: Reservation | None, node: str) -> tuple[str, Any]:
+    def _claim_slot(self, record: PodRecord, entry: Reservation | None, node: str
+                    ) -> tuple[str, PodAssignment | None]:
         """Mark the member's slot binding for kube-scheduler's `/bind`: ("", its `PodAssignment`), or (why it cannot
         be bound to `node`, None)."""
         member, name = record.member, record.name
@@ -158,19 +167,6 @@ class BindVerb:
                     f"{entry.slots[member.index].state} (by {entry.slots[member.index].pod}), not reserved"), None
         self.lifecycle.arrived(record)
         return "", assignment
-
-    def _publish_if_bound(self, gang_key: str) -> None:
-        """Once every pod is bound: announce it (once) and queue the rank table for the background publisher.
-
-        Off the bind path: the table is published by one background thread, once per gang (and again only when a
-        bound gang changes: a replaced member, an elastic resize)."""
-        with self.state.lock:
-            entry = self.state.ledger.get(gang_key)
-            if entry is None or entry.status != STATUS_BOUND:
-                return
-            self.rank_tables.mark_due(gang_key)
-            self.lifecycle.completed(entry)
-        self.rank_tables.publish_soon([gang_key])
 
     def _assume_single(self, record: PodRecord, node_name: str) -> str:
         node = self.state.topology.node_by_name.get(node_name)

@@ -1,18 +1,19 @@
-"""`/prioritize` (a mixin of `GangScheduler`): a gang member's reserved node scores 10, other nodes 0; a lone GPU pod
-scores nodes by best fit (fewest GPUs left free); a CPU pod scores every node 0 (kube-scheduler's own scores decide)."""
+"""`NodeScores`, the `/prioritize` verb: a gang member's reserved node scores 10, other nodes 0; a lone GPU pod scores
+nodes by best fit (fewest GPUs left free); a CPU pod scores every node 0 (kube-scheduler's own scores decide)."""
 
 from __future__ import annotations
 
-from typing import Any
+from scheduler.cache.state import ClusterState
 
 MAX_SCORE = 10
 """kube-scheduler's extender scores run 0..10."""
 
 
 class NodeScores:
-    """`prioritize`; mixed into `GangScheduler` (it provides `state`)."""
+    """`prioritize` over one `ClusterState`."""
 
-    state: Any
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
 
     def prioritize(self, pod: dict, node_names: list[str]) -> list[tuple[str, int]]:
         """Integer scores 0..10: the reserved node 10 for a gang member; best fit for a GPU pod."""

@@ -6,7 +6,7 @@ extender's `/filter` (`GangScheduler.filter`): the first member places and reser
 preemption, replacement and rendezvous keep holding), every member gets its reserved node.  The answer carries each
 member's node, ranks and the `meshfit.io/*` annotations its Binding carries; kube-scheduler binds the members itself
 (pods with `spec.schedulingGroup` are never bound by meshfit: `scheduler.kube.node_fit`), and the watch marks the slots
-bound.  meshfit does not requeue these members (`GangLifecycle.group_cycle`): kube-scheduler's own queue retries a
+bound.  meshfit does not requeue these members (`GangAdmission.group_cycle`): kube-scheduler's own queue retries a
 PodGroup whose cycle failed.
 """
 
@@ -47,9 +47,10 @@ def _waiting(gang: str, reason: str) -> pb.PodGroupPlacement:
 def place_pod_group(scheduler: GangScheduler, request: pb.PodGroupRequest) -> pb.PodGroupPlacement:
     """Place (and reserve) the group's gang; every member's node, ranks and Binding annotations, or why it waits."""
     pods, nodes = _pods(request), list(request.nodes)
+    asked = scheduler.lifecycle.admission.group_cycle
     with scheduler.state.lock:  # kube-scheduler's queue retries these members: meshfit does not requeue them
         for pod in pods:
-            scheduler.lifecycle.group_cycle[str(pod["metadata"].get("uid") or "")] = scheduler.lifecycle.clock()
+            asked[str(pod["metadata"].get("uid") or "")] = scheduler.lifecycle.clock()
     chosen: list[tuple[dict, str]] = []
     gang = f"{request.namespace}/{request.pod_group}"
     for pod in pods:

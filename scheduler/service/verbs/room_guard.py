@@ -1,5 +1,5 @@
-"""`/guard`: kube-scheduler asks meshfit about every pod it places in its own cycle, so that none takes room meshfit has
-given a gang member but kube-scheduler's cache cannot count yet.
+"""`RoomGuard`, the `/guard` verb: kube-scheduler asks meshfit about every pod it places in its own cycle, so that
+none takes room meshfit has given a gang member but kube-scheduler's cache cannot count yet.
 
 kube-scheduler's filters count a member meshfit nominated only for pods of no higher priority, and a member meshfit
 binds only once its informer shows the Binding.  A CPU pod of higher priority created in that window could be placed
@@ -13,15 +13,19 @@ answered by `/filter`: `/guard` passes them through.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
+
+from scheduler.cache.pod_record import PodRecord
+from scheduler.cache.state import ClusterState
+from scheduler.service.binding.gang_binding import GangBinding
 
 
 class RoomGuard:
-    """The `/guard` verb; mixed into `GangScheduler` (it provides `state`, `direct` and `_scheduler_names`)."""
+    """The `/guard` verb over one `ClusterState` and meshfit's direct binder (None: every pod passes)."""
 
-    state: Any
-    direct: Any
-    _scheduler_names: Callable[[], frozenset[str]]
+    def __init__(self, state: ClusterState, direct: GangBinding | None,
+                 scheduler_names: Callable[[], frozenset[str]]) -> None:
+        self.state, self.direct, self.scheduler_names = state, direct, scheduler_names
 
     def guard(self, pod: dict, node_names: Iterable[str]) -> tuple[list[str] | None, dict[str, str]]:
         """(nodes `pod` may use of `node_names`, refused node -> why): the offered nodes where it fits beside the gang
@@ -43,6 +47,6 @@ class RoomGuard:
             self.direct.answer_guard(record, nodes, failed)
         return nodes, failed
 
-    def _answered_by_filter(self, record: Any) -> bool:
+    def _answered_by_filter(self, record: PodRecord) -> bool:
         """Gang members, and GPU pods of meshfit's profile: `/filter` decides for them."""
-        return record.member is not None or bool(record.gpus and record.scheduler_name in self._scheduler_names())
+        return record.member is not None or bool(record.gpus and record.scheduler_name in self.scheduler_names())

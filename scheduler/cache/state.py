@@ -96,10 +96,10 @@ class ClusterState:
         """Called (under the lock) when the watch reports a gang member, pending (the direct binder's trigger) or
         bound."""
         self.member_gone: Callable[[PodRecord], None] | None = None
-        """Called (under the lock) when an unfinished gang member's pod is gone, after its slot was held for the pod
-        its controller recreates (the direct binder keeps the member's room counted there)."""
+        """Called (under the lock) when a gang member's pod is gone, after its slot was held for a replacement, released
+        or its gang unreserved: the direct binder keeps an unfinished member's room counted and recounts vacancies."""
         self.relisted: Callable[[], None] | None = None
-        """Called (under the lock) after a relist re-held the reservations (the direct binder recounts vacancies)."""
+        """Called (under the lock) after a relist or a topology rebuild re-held the reservations (vacancies recounted)."""
         self.room = RoomLedger(self._slot_node, clock)
         """Every node's room on every resource: one claim per pod or vacant gang slot (`scheduler.cache.room_ledger`).
         Bound and nominated pods are claimed here from the watch; the direct binder holds, binds and keeps vacancies
@@ -204,7 +204,8 @@ class ClusterState:
         for hook in self.rebuilt:
             hook(topo)
         self.topology = topo
-        self.ledger.attach(topo)
+        if self.ledger.attach(topo) and self.relisted is not None:
+            self.relisted()  # slots on vanished nodes were released: the direct binder recounts its vacancies
         if topo.nodes:  # build the placement caches now, not inside the first filter call after a rebuild
             from scheduler.placement.engine import warm_caches
 
@@ -307,12 +308,12 @@ class ClusterState:
                     self.ledger.release_slot(key, record.member.index)
                 else:  # deleted (evicted, node lost...): the slot waits for the replacement pod
                     self.ledger.hold_for_replacement(key, record.member.index)
-                    if self.member_gone is not None:
-                        self.member_gone(record)
             if entry is not None and key not in self.gang_index and self.ledger.get(key) is entry \
                     and not entry.has_bound():
                 self.ledger.unreserve(key)  # the whole gang is gone (job deleted): free what it held
             self.indexes.retry_awaiting(key)
+            if self.member_gone is not None:  # its slot held for a replacement, released, or its gang unreserved
+                self.member_gone(record)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Forget a pod: its GPUs are released, and so is its gang slot."""

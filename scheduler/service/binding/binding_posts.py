@@ -29,9 +29,9 @@ class BindingPoster:
     """Posts members' Bindings on the Binding workers; `in_flight` holds each call's outcome."""
 
     def __init__(self, state: Any, binder: Binder, fit: RoomCheck, holds: MemberHolds, workers: BindingWorkers,
-                 retries: BindRetries, hooks: BindingHooks, counts: dict[str, int]) -> None:
+                 retries: BindRetries, hooks: BindingHooks, counts: dict[str, int], vacancies: Any = None) -> None:
         self.state, self.binder, self.fit, self.holds, self.workers = state, binder, fit, holds, workers
-        self.retries, self.hooks, self.counts = retries, hooks, counts
+        self.retries, self.hooks, self.counts, self.vacancies = retries, hooks, counts, vacancies
         self.in_flight: dict[str, Future] = {}
         """Pod uid -> the outcome ("" or an error text) of the Binding posted for it."""
 
@@ -99,6 +99,12 @@ class BindingPoster:
         if not error:
             self.hooks.on_bound(gang_key)
 
+    def _released(self, gang_key: str) -> None:
+        """A Binding of `gang_key` was refused or failed, its slot plainly reserved again: the gang may have nothing
+        bound or binding any more, so its vacancies are counted afresh (`MemberVacancies.refresh`)."""
+        if self.vacancies is not None:
+            self.vacancies.refresh(gang_key)
+
     def _unclaim(self, uid: str) -> None:
         """The Binding of `uid` was not posted or failed: its `binding` claim follows the pod's own facts again."""
         self.in_flight.pop(uid, None)
@@ -109,6 +115,7 @@ class BindingPoster:
         and the member is left to kube-scheduler, whose filters reject the node, so meshfit moves the member."""
         self._unclaim(record.uid)
         self.state.ledger.unmark_binding(gang_key, index)
+        self._released(gang_key)
         self.retries.refused[record.uid] = reason
         self.counts["no_longer_fit"] += 1
         log.warning("gang %s: pod %s no longer fits node %s right before its Binding (%s); left to kube-scheduler, "
@@ -118,6 +125,7 @@ class BindingPoster:
     def _failed(self, record: PodRecord, gang_key: str, index: int, error: str, conflict: bool) -> None:
         self._unclaim(record.uid)
         self.state.ledger.unmark_binding(gang_key, index)
+        self._released(gang_key)
         wait = self.retries.back_off(record, conflict)
         self.counts["conflicts" if conflict else "failed"] += 1
         log.warning("gang %s: binding pod %s failed (%s): %s", gang_key, record.name,

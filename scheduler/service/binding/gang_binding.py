@@ -79,7 +79,7 @@ class GangBinding:
         self.vacancies = MemberVacancies(state)
         self.answers = RoomAnswers(state, config.fit, self.fence)
         self.posts = BindingPoster(state, binder, config.fit, self.holds, self.workers, self.retries, hooks,
-                                   self.counts)
+                                   self.counts, self.vacancies)
         self.nominations = NominationWriter(state, config.nominator, self.holds, self.workers, self.retries,
                                             self.counts, clock, self.member_pending, self._wake_later,
                                             self.posts.in_flight.__contains__)
@@ -112,7 +112,14 @@ class GangBinding:
 
         All or nothing: while no member is bound or binding, no Binding starts until every pending member meshfit
         binds is ready (unraced, or nominated and past the fence; fitting its node), so a member whose room was taken
-        is moved before any of its peers is bound.  Once some member is bound, the others bind as each gets ready."""
+        is moved before any of its peers is bound.  Once some member is bound, the others bind as each gets ready.
+        Then the gang's vacancies are counted afresh: what it held, started binding, moved or released changes which
+        of its slots no pod stands for."""
+        started = self._kick(gang_key)
+        self.vacancies.refresh(gang_key)
+        return started
+
+    def _kick(self, gang_key: str) -> int:
         entry = self.state.ledger.get(gang_key)
         if entry is None or self.hooks.rolling_back(gang_key) or entry.node_of(0) is None:
             return 0
@@ -153,8 +160,10 @@ class GangBinding:
         (`member_pending`); a bound one is claimed bound by the state already, so a hold on it ends."""
         if not record.node:
             self.member_pending(record)
-            return
-        self.holds.let_go(record.uid)
+        else:
+            self.holds.let_go(record.uid)
+        if record.member is not None:  # bound, nominated, finished: which of its gang's slots no pod stands for changed
+            self.vacancies.refresh(record.member.gang_key)
 
     def member_pending(self, record: PodRecord) -> None:
         """The watch reported a pending member (under the lock): nominate or bind it if its gang is reserved.  The
@@ -170,7 +179,8 @@ class GangBinding:
             self._wake_later(key, PENDING_COALESCE_SECONDS)
 
     def member_gone(self, record: PodRecord) -> None:
-        """A gang member's pod went (under the lock): its room stays claimed for its replacement."""
+        """A gang member's pod went (under the lock): an unfinished one's room stays claimed for its replacement; the
+        gang's vacancies are recounted."""
         self.vacancies.member_gone(record)
 
     def refresh_vacancies(self, gang_key: str) -> None:
@@ -198,8 +208,11 @@ class GangBinding:
             self.kick(record.member.gang_key)
 
     def kube_let_go(self, record: PodRecord) -> None:
-        """kube-scheduler is done with this member (bound, refused, or its `/bind` returned)."""
+        """kube-scheduler is done with this member (bound, refused, or its `/bind` returned): no longer assumed, it may
+        leave a vacancy of its gang."""
         self.holds.kube_let_go(record)
+        if record.member is not None:
+            self.vacancies.refresh(record.member.gang_key)
 
     def answer_lone(self, record: PodRecord, nodes: list[str], failed: dict[str, str]) -> None:
         """`/filter` for a lone GPU pod (`RoomAnswers.answer_lone`)."""

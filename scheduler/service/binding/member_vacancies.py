@@ -21,6 +21,7 @@ from typing import Any
 from scheduler.cache.pod_record import PodRecord
 from scheduler.cache.room_ledger import MESHFIT_HOLDS, ClaimState, slot_key
 from scheduler.gangs.ledger import SLOT_RESERVED
+from topology.k8s import FINISHED_PHASES
 
 VacancyKey = tuple[str, int]
 """(gang key, member index)."""
@@ -35,12 +36,13 @@ class MemberVacancies:
         """(gang key, index) -> requests of a deleted member, for its replacement's vacancy."""
 
     def member_gone(self, record: PodRecord) -> None:
-        """The watch saw a gang member's pod go (after the reservation ledger held its slot for a replacement): its
-        requests stay counted on the slot's node until the replacement is held there."""
+        """The watch saw a gang member's pod go (after the reservation ledger held its slot for a replacement, or
+        released a finished member's): an unfinished member's requests stay counted on the slot's node until the
+        replacement is held there; the gang's vacancies are recounted either way."""
         member = record.member
         if member is None:
             return
-        if record.needs is not None and record.needs.requests:
+        if record.needs is not None and record.needs.requests and record.phase not in FINISHED_PHASES:
             self.gone_requests[(member.gang_key, member.index)] = dict(record.needs.requests)
         self.refresh(member.gang_key)
 
@@ -49,12 +51,17 @@ class MemberVacancies:
         return {(c.gang_key, c.index): (c.node, dict(c.requests)) for c in self.state.room.in_state(ClaimState.RESERVED)}
 
     def refresh(self, gang_key: str) -> None:
-        """Count exactly the vacancies `gang_key` has now."""
+        """Count exactly the vacancies `gang_key` has now, and drop any other gang's whose slot is no longer plainly
+        reserved on its node in a partly bound gang (released, moved, bound or unreserved since: by a preemption, a
+        rollback, an expiry)."""
         room = self.state.room
         wanted = self._wanted(gang_key)
         for claim in room.in_state(ClaimState.RESERVED):
-            if claim.gang_key == gang_key and wanted.get(claim.index) != (claim.node, dict(claim.requests)):
-                room.release_slot(gang_key, claim.index)
+            if claim.gang_key == gang_key:
+                if wanted.get(claim.index) != (claim.node, dict(claim.requests)):
+                    room.release_slot(gang_key, claim.index)
+            elif not self._still_reserved(claim):
+                room.release_slot(claim.gang_key, claim.index)
         for index, (node, requests) in wanted.items():
             if room.claim(slot_key(gang_key, index)) is None:
                 room.reserve_slot(gang_key, index, node, requests)
@@ -71,6 +78,12 @@ class MemberVacancies:
                     if entry.has_bound() and any(s.state == SLOT_RESERVED for s in entry.slots.values()))
         for key in sorted(keys):
             self.refresh(key)
+
+    def _still_reserved(self, claim: Any) -> bool:
+        """Whether a vacancy's slot is still plainly reserved on its node in a gang with a member bound or binding."""
+        entry = self.state.ledger.get(claim.gang_key)
+        slot = entry.slots.get(claim.index) if entry is not None else None
+        return slot is not None and slot.state == SLOT_RESERVED and slot.node == claim.node and entry.has_bound()
 
     def _wanted(self, gang_key: str) -> dict[int, tuple[str, dict[str, Any]]]:
         entry = self.state.ledger.get(gang_key)

@@ -54,6 +54,7 @@ def test_a_deleted_rank_0_keeps_its_room_and_its_recreated_pod_is_bound_back_on_
     service = direct_service(cpu_nodes(3))
     pods, nodes = whole_gang(service)
     service.state.delete_pod("default", "g-0")  # gone (evicted, a fault); the job controller recreates it soon
+    service.binder.unbind("default", "g-0")  # the API server has no Binding of a deleted pod
     reply = guard(service, cpu_pod("cpu", priority=1000))
     assert nodes[0] in reply["FailedNodes"], reply  # 16 CPUs - 10 kept for pod 0 < 8
     assert "insufficient cpu" in reply["FailedNodes"][nodes[0]]

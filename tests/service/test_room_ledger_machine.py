@@ -570,26 +570,6 @@ def _no_wall_clock(monkeypatch):
     monkeypatch.setattr(gang_admission, "PASS_BUDGET_SECONDS", float("inf"))
 
 
-@pytest.fixture(autouse=True)
-def _no_unexpected_transition(monkeypatch):
-    """tests/service/conftest.py's check of every gang state machine, less `KNOWN_UNEXPECTED`: any other phase change
-    the table does not allow still fails the test."""
-    from scheduler.gangs import lifecycle
-
-    machines = []
-    original = lifecycle.GangStateMachine.__init__
-
-    def tracking(self):
-        original(self)
-        machines.append(self)
-
-    monkeypatch.setattr(lifecycle.GangStateMachine, "__init__", tracking)
-    yield
-    others = [(key, before, after) for machine in machines for key, before, after in machine.unexpected
-              if (before, after) not in KNOWN_UNEXPECTED]
-    assert others == []
-
-
 def _leaves_the_bindings_requests_counted(real):
     """`RoomLedger.bound_by_meshfit` that also leaves the `binding` claim's requests in meshfit's totals (behind
     `_put`'s back: the kept totals no longer equal the recount either)."""

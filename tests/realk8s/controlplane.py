@@ -48,11 +48,25 @@ def missing_prerequisites() -> str | None:
     return None
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that is free right now and that this process has not handed out before.
+
+    The kernel may give a port just released back at once, so two calls in a row could name the same
+    port (etcd's peer port and kube-apiserver's once did); each port is handed out only once."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no fresh free port on 127.0.0.1 after 100 tries")
+
+
+PORT_TAKEN = "address already in use"
 
 
 def tail_file(path: Path, lines: int = 40) -> str:
@@ -203,11 +217,29 @@ class ControlPlane:
         """TLS context trusting the control plane's CA."""
         return ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
 
-    def start(self) -> "ControlPlane":
-        """Make PKI and kubeconfigs, start etcd then kube-apiserver, wait for /readyz."""
+    def start(self, attempts: int = 3) -> "ControlPlane":
+        """Make PKI and kubeconfigs, start etcd then kube-apiserver, wait for /readyz.
+
+        A port taken by another process between choosing it and binding it (xdist workers choose theirs
+        at the same time) is a start-up race, not a failure: the plane starts again on fresh ports."""
         began = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
         make_pki(self.pki)
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_processes()
+                break
+            except RuntimeError as failure:
+                if PORT_TAKEN not in str(failure) or attempt == attempts:
+                    raise
+                for process in (self.apiserver, self.etcd):
+                    if process is not None:
+                        process.stop()
+                shutil.rmtree(self.run_dir / "etcd-data", ignore_errors=True)
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def _start_processes(self) -> None:
         etcd_port, peer_port, self.api_port = free_port(), free_port(), free_port()
         ca = self.pki / "ca.crt"
         write_kubeconfig(self.kubeconfig, self.server, ca, "admin", self.admin_token)
@@ -236,8 +268,6 @@ class ControlPlane:
             self.logs / "kube-apiserver.log").start()
         context, token = self.ssl_context(), self.admin_token
         wait_until(lambda: http_ok(f"{self.server}/readyz", context, token), 60, self.apiserver, "/readyz")
-        self.startup_seconds = time.monotonic() - began
-        return self
 
     def start_scheduler(self, extender_url: str, node_cache_capable: bool = False,
                         percentage_of_nodes_to_score: int | None = None, pod_initial_backoff_seconds: int = 1,

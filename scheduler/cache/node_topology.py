@@ -1,16 +1,15 @@
 """`NodeTopology`: the nodes `ClusterState` holds, each judged (GPUs, labels, schedulable), and how its
-`ClusterTopology` is built from them, the Kueue Topology / Volcano HyperNode objects and the pods' GPU holdings;
-plus the pod-holding helpers the state shares.
+`ClusterTopology` is built from them and the Kueue Topology / Volcano HyperNode objects.
 
-Holdings in the topology: a bound, unfinished GPU pod holds `pod:<ns>/<name>` (`pod_holding_key`); a reserved gang
-slot holds `resv:<ns>/<gang>/<index>` (see `scheduler.gangs.ledger`).
+Holdings in the topology: a bound, unfinished GPU pod holds `pod:<ns>/<name>`, projected from the room ledger's claims
+(`scheduler.cache.gpu_projection`); a reserved gang slot holds `resv:<ns>/<gang>/<index>` (see
+`scheduler.gangs.ledger`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
-from scheduler.cache.pod_record import PodRecord
 from scheduler.gangs.health import NodeFailures, mark_failed_unschedulable
 from topology.builder import HOST_LABEL, HOST_LEVEL
 from topology.config import TopologyConfig
@@ -18,23 +17,10 @@ from topology.k8s import node_record_from_k8s
 from topology.model import ClusterTopology, Level, LinkTier, TopologyError
 
 
-def pod_holding_key(namespace: str, name: str) -> str:
-    """Topology holding key of a bound pod."""
-    return f"pod:{namespace}/{name}"
-
-
 def empty_topology() -> ClusterTopology:
     """A topology with no nodes (before the first list, or when no node has GPUs)."""
     link = LinkTier(1.0, 1.0)
     return ClusterTopology([Level(HOST_LEVEL, HOST_LABEL, link, HOST_LEVEL, (HOST_LABEL,))], [], [], link)
-
-
-def hold_pod(topo: ClusterTopology, record: PodRecord) -> None:
-    """Make `topo` hold exactly what `record` holds: its GPUs on its node when bound to one of `topo`'s nodes."""
-    key = pod_holding_key(record.namespace, record.name)
-    topo.remove_pod(key)
-    if record.node and record.gpus > 0 and record.node in topo.node_by_name:
-        topo.add_pod(key, record.node, record.gpus)
 
 
 def topology_from_objects(objects: list[dict], config: Any, tolerations: Iterable[Any]) -> ClusterTopology:
@@ -103,9 +89,9 @@ class NodeTopology:
         return (record.gpus_total, tuple(sorted(record.labels.items())), record.schedulable and failure is None,
                 record.unschedulable_reason or (failure and f"failed: {failure.reason}"))
 
-    def build(self, topology_objects: list[dict], pods: Iterable[PodRecord]) -> ClusterTopology:
-        """The topology of the nodes (and the Kueue Topology / HyperNode objects) holding every pod's GPUs; an
-        invalid description gives an empty topology carrying the error as a warning."""
+    def build(self, topology_objects: list[dict]) -> ClusterTopology:
+        """The topology of the nodes (and the Kueue Topology / HyperNode objects), holding nothing yet; an invalid
+        description gives an empty topology carrying the error as a warning."""
         objects: list[dict] = [{**n, "kind": "Node", "apiVersion": "v1"} for n in self.nodes.values()]
         objects += topology_objects
         try:
@@ -113,8 +99,6 @@ class NodeTopology:
         except TopologyError as exc:
             topo = empty_topology()
             topo.warnings.append(str(exc))
-        for record in pods:
-            hold_pod(topo, record)
         mark_failed_unschedulable(topo, self.health)
         return topo
 

@@ -17,6 +17,11 @@ A nomination counts only where the pod could land: a gang member nominated on a 
 there (`slot_node`).  Changing a claim (`_put`) is the only way a count moves, so the per-node totals cannot drift
 from the claims; `recount` works them out again from the claims alone (the property test compares the two).
 
+The placement engine's GPUs of bound pods are the same claims: `gpus` projects every `bound` / `bound-unseen` claim's
+GPUs into the topology the engine places on (`scheduler.cache.gpu_projection`).  A pod whose node-local needs are not
+read (embedded mode) is claimed only while bound, with no requests: it takes no room in a fit check, only its GPUs in
+the engine's view.
+
 Fit is one function of this ledger and a view (`scheduler.kube.node_fit.RoomFit`): `meshfit_used` -- everything
 meshfit knows takes room -- and `kube_used` -- the node as kube-scheduler sees it for a pod of priority p: bound pods,
 the members it assumed, the nominations it honours.  Call everything under the cluster state's lock.
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Callable, Container, Iterable, Mapping
 
+from scheduler.cache.gpu_projection import GpuProjection
 from topology.k8s import FINISHED_PHASES
 
 
@@ -105,6 +111,8 @@ class RoomLedger:
         self._unseen: dict[str, int] = {}
         """Node -> how many of its claims kube-scheduler's cache may not count yet (`UNSEEN`)."""
         self._by_state: dict[ClaimState, dict[str, Claim]] = {state: {} for state in ClaimState}
+        self.gpus = GpuProjection(lambda claim: claim.state in BOUND_STATES)
+        """The engine's view of bound pods' GPUs: projected from the bound claims into the topology (`attach_engine`)."""
 
     # ----- the one place a count moves ---------------------------------------------------------------------------
     def _put(self, key: str, claim: Claim | None) -> None:
@@ -114,6 +122,11 @@ class RoomLedger:
         if claim is not None:
             self._claims[key] = claim
             self._count(claim, +1)
+        self.gpus.move(old, claim)
+
+    def attach_engine(self, topology: Any) -> None:
+        """Project the bound claims' GPUs into `topology` (a freshly built one) and keep it in step from now on."""
+        self.gpus.attach(topology, self._claims.values())
 
     def _count(self, claim: Claim, sign: int) -> None:
         node = claim.node
@@ -155,9 +168,12 @@ class RoomLedger:
         """The pod's own facts changed (`present` False: it is gone): its claim follows them -- bound where the watch
         (or a returned Binding) put it, else meshfit's hold if any, else its nomination, else none."""
         old = self._claims.get(record.uid)
-        if not present or record.needs is None:
+        if not present or (record.needs is None and not record.node):
             if old is not None:
                 self._put(record.uid, None)
+            return
+        if record.needs is None:  # needs not read (embedded mode): bound, it holds its GPUs in the engine's view only
+            self._put(record.uid, self._claim_of(record, record.node, ClaimState.BOUND, "", self.clock()))
             return
         nominated = _nominated(record)
         if record.node:
@@ -176,8 +192,8 @@ class RoomLedger:
 
     def bound_by_meshfit(self, record: Any, node: str) -> None:
         """meshfit's Binding of `record` on `node` returned: bound, and kube-scheduler's informer may not show it yet."""
-        if record.needs is not None:
-            self._put(record.uid, self._claim_of(record, node, ClaimState.BOUND_UNSEEN, "", self.clock()))
+        state = ClaimState.BOUND_UNSEEN if record.needs is not None else ClaimState.BOUND
+        self._put(record.uid, self._claim_of(record, node, state, "", self.clock()))
 
     # ----- what the direct binder does ---------------------------------------------------------------------------
     def hold(self, record: Any, node: str, state: ClaimState = ClaimState.HELD) -> bool:
@@ -324,7 +340,8 @@ class RoomLedger:
     @staticmethod
     def _claim_of(record: Any, node: str, state: ClaimState, nominated: str, since: float) -> Claim:
         member = record.member
-        return Claim(record.uid, node, record.needs.requests, state, record.priority, nominated,
+        requests = record.needs.requests if record.needs is not None else {}
+        return Claim(record.uid, node, requests, state, record.priority, nominated,
                      member.gang_key if member is not None else "", member.index if member is not None else -1,
                      record, since)
 

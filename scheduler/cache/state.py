@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterable
 
 from scheduler.cache.gang_objects import GangObjects
 from scheduler.cache.member_index import MemberIndexes
-from scheduler.cache.node_topology import NodeTopology, empty_topology, hold_pod, pod_holding_key
+from scheduler.cache.gpu_projection import pod_holding_key
+from scheduler.cache.node_topology import NodeTopology, empty_topology
 from scheduler.cache.pending_outside import PendingOutside
 from scheduler.cache.pod_reader import PodReader
 from scheduler.cache.pod_record import PodRecord
@@ -104,6 +105,7 @@ class ClusterState:
         """Every node's room on every resource: one claim per pod or vacant gang slot (`scheduler.cache.room_ledger`).
         Bound and nominated pods are claimed here from the watch; the direct binder holds, binds and keeps vacancies
         through the same ledger."""
+        self.room.attach_engine(self.topology)
         self.node_topology = NodeTopology(self.config, self.tolerations, self.health)
         """The nodes, judged; builds the topology from them, the topology objects and the pods."""
         self.gang_objects = GangObjects(self.lock, self._rebuild_topology)
@@ -200,7 +202,8 @@ class ClusterState:
                 self._rebuild_topology()
 
     def _rebuild_topology(self) -> None:
-        topo = self.node_topology.build(self.gang_objects.topology_objects(), self.pods.values())
+        topo = self.node_topology.build(self.gang_objects.topology_objects())
+        self.room.attach_engine(topo)  # the bound claims' GPUs, before any hook reads the new topology
         for hook in self.rebuilt:
             hook(topo)
         self.topology = topo
@@ -223,7 +226,6 @@ class ClusterState:
             if old_uid is not None and old_uid != record.uid:
                 self._forget(self.pods[old_uid])
             self._index(record)
-            hold_pod(self.topology, record)
             self._follow_gang(record)
             self.requests.track(record)
             if self.member_watched is not None and record.member is not None and from_watch:
@@ -293,7 +295,6 @@ class ClusterState:
 
     def _forget(self, record: PodRecord) -> None:
         self._unindex(record)
-        self.topology.remove_pod(pod_holding_key(record.namespace, record.name))
         if record.uid in self.superseded:  # an evicted member gone: its slot is its replacement's already
             self.superseded.discard(record.uid)
             entry = self.ledger.get(record.member.gang_key) if record.member is not None else None
@@ -335,7 +336,6 @@ class ClusterState:
             self.outside.track(record, True)
             if record.member is not None and given is not None:
                 record.given = given
-            hold_pod(self.topology, record)
             self._follow_gang(record)
 
     def pod(self, namespace: str, name: str) -> PodRecord | None:
@@ -364,7 +364,6 @@ class ClusterState:
                 record.node = None
                 self.room.observe_pod(record)
                 self.outside.track(record, True)
-                hold_pod(self.topology, record)
 
     def note_nomination(self, namespace: str, name: str, uid: str, node: str | None) -> None:
         """A nomination was written for pod `namespace/name` (embedded mode: no watch reports it back)."""

@@ -24,7 +24,9 @@ After every step `check_room` (an `@invariant`) checks:
    of them, `NominationFence.held`) on their node, and the vacancies of partly bound gangs (reserved slots no live pod
    stands for, from the reservation ledger) in meshfit's view, or in both views for an assumed member;
 3. no pod is counted twice (its own claim and its slot's), no claim names a pod the state no longer has, a bound pod's
-   claim is bound on its node, and a Binding in flight has exactly one claim, `binding` (bound once the watch shows it).
+   claim is bound on its node, and a Binding in flight has exactly one claim, `binding` (bound once the watch shows it);
+4. the placement engine's GPUs of bound pods (the topology's `pod:` holdings, projected from the claims) are exactly
+   the GPUs of the pods the state has bound, each on its node (`engine_problems`).
 
 `test_a_planted_double_count_is_caught` shows the machine fails on a room ledger planted with a double count;
 `test_a_shrunk_example_keeps_the_vacancies_exact` replays the examples the machine found and shrank.
@@ -46,6 +48,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test,
 )
 
+from scheduler.cache.gpu_projection import GpuProjection
 from scheduler.cache.room_ledger import BOUND_STATES, ClaimState, RoomLedger, slot_key
 from scheduler.cache.state import ClusterState
 from scheduler.gangs.ledger import SLOT_BINDING, SLOT_RESERVED
@@ -451,7 +454,20 @@ class RoomMachine(RuleBasedStateMachine):
             problems.append(f"room counted twice or not at all: kept totals {kept}, expected from the pods and slots "
                             f"{expected}; claims: {sorted(map(repr, room.claims()))}")
         problems += self.claim_problems()
+        problems += self.engine_problems()
         assert not problems, "room ledger: " + "\n".join(problems)
+
+    def engine_problems(self) -> list[str]:
+        """The topology's `pod:` holdings against the bound GPU pods the state has (worked out from the pods alone)."""
+        topo = self.state.topology
+        held = {key: (topo.nodes[index].name, gpus) for key, (index, gpus) in topo.pods.items()
+                if key.startswith("pod:")}
+        expected = {f"pod:{r.namespace}/{r.name}": (r.node, r.gpus) for r in self.state.pods.values()
+                    if r.node and r.gpus > 0 and r.node in topo.node_by_name}
+        if held == expected:
+            return []
+        return [f"the engine's GPUs of bound pods differ from the pods': held {sorted(held.items())}, "
+                f"expected {sorted(expected.items())}"]
 
     def expected_totals(self) -> dict[str, dict[str, dict[str, Any]]]:
         """The per-node totals worked out from the pods, the Bindings in flight, the binder's holds and the
@@ -605,6 +621,16 @@ def test_a_planted_double_count_is_caught(monkeypatch, plant, caught_by_recount)
             max_examples=100, stateful_step_count=50, deadline=None, database=None, derandomize=True,
             phases=[Stage.generate], suppress_health_check=list(HealthCheck)))  # the first failure: no shrinking
     assert ("differ from the recount of the claims" in str(failure.value)) is caught_by_recount
+
+
+def test_a_stale_engine_view_is_caught(monkeypatch):
+    """A projection that misses a bound claim's move (it keeps the old holding, here: never hides a pod) fails the
+    machine's engine check."""
+    monkeypatch.setattr(GpuProjection, "_hide", lambda self, claim: None)
+    with pytest.raises(AssertionError, match="the engine's GPUs of bound pods differ"):
+        run_state_machine_as_test(RoomMachine, settings=settings(
+            max_examples=100, stateful_step_count=50, deadline=None, database=None, derandomize=True,
+            phases=[Stage.generate], suppress_health_check=list(HealthCheck)))
 
 
 class Draws:

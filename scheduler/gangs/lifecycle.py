@@ -44,6 +44,7 @@ P = Phase
 TRANSITIONS: dict[tuple[Phase, Phase], str] = {
     (P.GONE, P.WAITING): "queued", (P.GONE, P.RESERVED): "reserved", (P.WAITING, P.RESERVED): "reserved",
     (P.RESERVED, P.BINDING): "binding", (P.RESERVED, P.BOUND): "bound", (P.BINDING, P.BOUND): "bound",
+    (P.RESERVED, P.REPAIRING): "binding",  # a slot was released while nothing was bound, then a member bound
     (P.GONE, P.BINDING): "restored", (P.GONE, P.BOUND): "restored", (P.GONE, P.REPAIRING): "restored",
     (P.RESERVED, P.WAITING): "released", (P.RESERVED, P.GONE): "released", (P.WAITING, P.GONE): "withdrawn",
     (P.BINDING, P.RESERVED): "released", (P.BINDING, P.REPAIRING): "member-lost", (P.BOUND, P.REPAIRING): "member-lost",

@@ -73,6 +73,7 @@ class BindingPoster:
             reason = self._still_fits(record, gang_key, index, node)
             if reason:
                 self._no_longer_fits(record, gang_key, index, node, reason)
+                self.hooks.slots_changed(gang_key)
         if reason:
             future.set_result(reason)
             return
@@ -93,6 +94,7 @@ class BindingPoster:
                 self.retries.succeeded(record.uid)
                 self.state.record_binding(record.namespace, record.name, node,
                                           given_from_assignment(assignment, record.name))
+            self.hooks.slots_changed(gang_key)
             if len(self.in_flight) == DRAINED_AT:
                 self.hooks.on_drained()
         future.set_result(error)

@@ -62,3 +62,6 @@ class BindingHooks:
     re_place: Callable[[PodRecord, str], bool]
     """A member no longer fits its reserved node (the reason given): move its slot to a node where it fits near its
     peers, or release its gang whole while nothing of it is bound; True when either was done (under the lock)."""
+    slots_changed: Callable[[str], object]
+    """The direct binder marked some of this gang's slots binding, bound, or reserved again (under the lock): the
+    lifecycle observes the gang's phase, so no phase it passes through goes unseen."""

@@ -117,6 +117,8 @@ class GangBinding:
         of its slots no pod stands for."""
         started = self._kick(gang_key)
         self.vacancies.refresh(gang_key)
+        if started:  # slots marked binding: the lifecycle sees the gang's phase now, not at its next pass
+            self.hooks.slots_changed(gang_key)
         return started
 
     def _kick(self, gang_key: str) -> int:
@@ -164,6 +166,7 @@ class GangBinding:
             self.holds.let_go(record.uid)
         if record.member is not None:  # bound, nominated, finished: which of its gang's slots no pod stands for changed
             self.vacancies.refresh(record.member.gang_key)
+            self.hooks.slots_changed(record.member.gang_key)  # and its phase may have too (bound by kube-scheduler)
 
     def member_pending(self, record: PodRecord) -> None:
         """The watch reported a pending member (under the lock): nominate or bind it if its gang is reserved.  The

@@ -108,7 +108,10 @@ class BindVerb:
                     self.state.unassume(namespace, name)
             return error
         self.observe(time.perf_counter() - started, True)
-        self.state.record_binding(namespace, name, node, given)
+        with self.state.lock:
+            self.state.record_binding(namespace, name, node, given)
+            if member is not None:  # the lifecycle sees the gang binding or bound now, not at its next pass
+                self.lifecycle.observe(member.gang_key)
         if member is not None:
             self.completion.publish_if_bound(member.gang_key)
         return ""

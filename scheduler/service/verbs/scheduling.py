@@ -79,7 +79,8 @@ class GangScheduler:
             self.direct = GangBinding(state, binder, direct_binding, BindingHooks(
                 on_bound=self.completion.publish_if_bound, rolling_back=self.lifecycle.is_rolling_back,
                 scheduler_names=self._scheduler_names, on_drained=self.lifecycle.admit_waiting,
-                observe=self._observe_direct_binding, re_place=self._re_place_member), state.ledger.clock,
+                observe=self._observe_direct_binding, re_place=self._re_place_member,
+                slots_changed=self.lifecycle.observe), state.ledger.clock,
                 synchronous=synchronous_actions)
             for transition in ("reserved", "repaired", "re-placed", "restored"):  # members with slots held
                 self.lifecycle.machine.on(transition, self.direct.on_transition)

@@ -45,13 +45,13 @@ class GpuProjection:
         self.shows = shows
         """True for a claim whose pod's GPUs the engine must see (the ledger's bound states)."""
         self.target: GpuHoldings | None = None
-        self._held: dict[str, tuple[str, str, int]] = {}
-        """Holding key -> (key of the claim that holds it, node, GPUs): a pod recreated under the same name never loses
-        the new pod's hold when the old claim goes."""
+        self._owner: dict[str, str] = {}
+        """Holding key -> key of the claim that holds it: a pod recreated under the same name never loses the new
+        pod's hold when the old claim goes."""
 
     def attach(self, target: GpuHoldings, claims: Iterable[ProjectedClaim]) -> None:
         """Project every claim in `claims` into `target` (a freshly built topology) and follow the ledger there."""
-        self.target, self._held = target, {}
+        self.target, self._owner = target, {}
         for claim in claims:
             if self.shows(claim):
                 self._show(claim)
@@ -76,16 +76,15 @@ class GpuProjection:
             return
         key = pod_holding_key(record.namespace, record.name)
         target.add_pod(key, claim.node, record.gpus)
-        self._held[key] = (claim.key, claim.node, record.gpus)
+        self._owner[key] = claim.key
 
     def _hide(self, claim: ProjectedClaim) -> None:
         record = claim.record
         if self.target is None or record is None:
             return
         key = pod_holding_key(record.namespace, record.name)
-        held = self._held.get(key)
-        if held is not None and held[0] == claim.key:
-            del self._held[key]
+        if self._owner.get(key) == claim.key:
+            del self._owner[key]
             self.target.remove_pod(key)
 
 

@@ -16,6 +16,7 @@ from scheduler.gangs.rendezvous import given_from_assignment
 from scheduler.service.binding.binder import BindConflict, Binder, RendezvousMissing, bind_assignment
 from scheduler.service.binding.binding_wiring import BindingHooks, RoomCheck
 from scheduler.service.binding.member_holds import MemberHolds
+from scheduler.service.binding.member_vacancies import MemberVacancies
 from scheduler.service.binding.retries import BindRetries
 from scheduler.service.binding.workers import BindingWorkers
 
@@ -29,7 +30,7 @@ class BindingPoster:
     """Posts members' Bindings on the Binding workers; `in_flight` holds each call's outcome."""
 
     def __init__(self, state: Any, binder: Binder, fit: RoomCheck, holds: MemberHolds, workers: BindingWorkers,
-                 retries: BindRetries, hooks: BindingHooks, counts: dict[str, int], vacancies: Any = None) -> None:
+                 retries: BindRetries, hooks: BindingHooks, counts: dict[str, int], vacancies: MemberVacancies) -> None:
         self.state, self.binder, self.fit, self.holds, self.workers = state, binder, fit, holds, workers
         self.retries, self.hooks, self.counts, self.vacancies = retries, hooks, counts, vacancies
         self.in_flight: dict[str, Future] = {}
@@ -104,8 +105,7 @@ class BindingPoster:
     def _released(self, gang_key: str) -> None:
         """A Binding of `gang_key` was refused or failed, its slot plainly reserved again: the gang may have nothing
         bound or binding any more, so its vacancies are counted afresh (`MemberVacancies.refresh`)."""
-        if self.vacancies is not None:
-            self.vacancies.refresh(gang_key)
+        self.vacancies.refresh(gang_key)
 
     def _unclaim(self, uid: str) -> None:
         """The Binding of `uid` was not posted or failed: its `binding` claim follows the pod's own facts again."""
